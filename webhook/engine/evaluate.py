@@ -1,0 +1,316 @@
+"""evaluate(): one object, one rule set -> one Decision. Pure: no I/O, no globals.
+
+Mutations run first (every matching rule, in file order) on a copy of the object;
+validations then see the mutated result, exactly as the apiserver runs mutating
+webhooks before validating ones. The server calls one phase per endpoint; the
+offline doors (audit, test, explain) call both.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from .cel import CelEvaluationError, CompiledExpression, target_gpu_variable
+from .model import Action, Decision, Mode, Phase, Rule, RuleTrace, Target, Violation
+from .mutate import MutationContext, MutationError
+from .patch import PatchConflict, Patcher
+from .ruleset import RuleSet
+from .workloads import object_target, pod_template_targets
+
+_TARGET_GPUS = target_gpu_variable()
+
+
+@dataclass(slots=True)
+class AdmissionInput:
+    """What any door hands the engine: the AdmissionRequest's facts, already parsed."""
+
+    object: dict[str, Any] | None
+    old_object: dict[str, Any] | None = None
+    operation: str = "CREATE"
+    namespace: str | None = None
+    namespace_object: dict[str, Any] | None = None  # None: unknown (cache not synced, or offline)
+    request: dict[str, Any] = field(default_factory=dict)  # the CEL `request` variable
+    kind: str | None = None
+    sub_resource: str = ""
+
+    @property
+    def subject(self) -> dict[str, Any] | None:
+        """The object rules look at: the new one, or on DELETE the old one."""
+        return self.object if self.object is not None else self.old_object
+
+
+class RuleError(Exception):
+    """A rule failed to evaluate on one target; its failurePolicy decides what that means."""
+
+
+def evaluate(
+    ruleset: RuleSet,
+    admission: AdmissionInput,
+    phase: Phase = Phase.ALL,
+    mode: Mode = Mode.ENFORCE,
+    trace: bool = True,
+) -> Decision:
+    decision = Decision()
+    subject = admission.subject
+    if not isinstance(subject, dict) or admission.sub_resource:
+        return decision  # rules never match subresources (pods/exec, */scale)
+    kind = admission.kind or str(subject.get("kind", ""))
+    candidates = ruleset.candidates(kind, admission.operation)
+    if not candidates:
+        return decision
+    run = _Run(ruleset, admission, decision, mode, trace)
+    if phase != Phase.VALIDATE and admission.object is not None:
+        for rule in candidates:
+            if rule.mutations:
+                run.mutate(rule)
+    if phase != Phase.MUTATE:
+        for rule in candidates:
+            if rule.validate is not None:
+                run.validate(rule)
+    if run.patcher is not None and run.patcher.operations:
+        decision.patch = run.patcher.operations
+        decision.mutated = run.working
+    decision.allowed = not decision.violations
+    return decision
+
+
+class _Run:
+    """The state of one evaluation: the working copy, its patcher, and cached targets."""
+
+    def __init__(
+        self, ruleset: RuleSet, admission: AdmissionInput, decision: Decision, mode: Mode, trace: bool
+    ) -> None:
+        self.ruleset = ruleset
+        self.admission = admission
+        self.decision = decision
+        self.mode = mode
+        self.trace = trace
+        self.working: dict[str, Any] = admission.subject  # type: ignore[assignment]
+        self.patcher: Patcher | None = None
+        self._templates: list[Target] | None = None
+        self._object_target: Target | None = None
+
+    # -- targets ---------------------------------------------------------------------------------
+    def targets(self, rule: Rule) -> list[Target]:
+        kinds = rule.match.kinds
+        if "*" in kinds or self.working.get("kind") in kinds:
+            if self._object_target is None:
+                self._object_target = object_target(self.working)
+            return [self._object_target]
+        if "Pod" in kinds and rule.autogen:
+            if self._templates is None:
+                self._templates = pod_template_targets(self.working)
+            return self._templates
+        return []
+
+    # -- phases ----------------------------------------------------------------------------------
+    def mutate(self, rule: Rule) -> None:
+        for target in self.targets(rule):
+            entry = self._match(rule, target)
+            if entry is None:
+                continue
+            if self.patcher is None:
+                self.working = _copy(self.working)
+                self.patcher = Patcher(self.working)
+            activation = self._activation(rule, target)
+            start = len(self.patcher.operations)
+            context = MutationContext(
+                patcher=self.patcher,
+                target=target,
+                operation=self.admission.operation,
+                evaluate=lambda expression, a=activation: _evaluate(expression, a),
+                accelerators=self.ruleset.accelerators,
+            )
+            try:
+                for mutation in rule.mutations:
+                    mutation.apply(context)
+            except (MutationError, PatchConflict, RuleError) as error:
+                self._error(rule, target, entry, f"mutation failed: {error}")
+                continue
+            if entry is not None:
+                entry.patch = self.patcher.operations[start:]
+                entry.result = "mutated" if entry.patch else "pass"
+
+    def validate(self, rule: Rule) -> None:
+        assert rule.validate is not None
+        for target in self.targets(rule):
+            entry = self._match(rule, target)
+            if entry is None:
+                continue
+            activation = self._activation(rule, target)
+            try:
+                result = _evaluate(rule.validate.expression, activation)
+                messages = _failures(result, rule)
+                if messages is None:
+                    raise RuleError(f"validate.expression gave {type(result).__name__}, expected bool or list")
+                if messages == [] and result is False:
+                    messages = [self._message(rule, target, activation)]
+            except RuleError as error:
+                self._error(rule, target, entry, str(error))
+                continue
+            if not messages:
+                entry.result = "pass"
+                continue
+            entry.result = "fail"
+            entry.message = "; ".join(messages)
+            self._record(rule, target, entry.message)
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _match(self, rule: Rule, target: Target) -> RuleTrace | None:
+        """The rule's trace entry when it matches this target, else None (traced with the reason)."""
+        reason = self._mismatch(rule, target)
+        entry = RuleTrace(rule=rule.name, target=target.description, matched=reason is None, reason=reason or "")
+        if self.trace:
+            self.decision.trace.append(entry)
+        return entry if reason is None else None
+
+    def _mismatch(self, rule: Rule, target: Target) -> str | None:
+        match = rule.match
+        admission = self.admission
+        namespace = admission.namespace
+        if match.namespaces_include is not None and namespace not in match.namespaces_include:
+            return f"namespace {namespace!r} is not in namespaces.include"
+        if namespace in match.namespaces_exclude:
+            return f"namespace {namespace!r} is in namespaces.exclude"
+        if rule.needs_namespace and admission.namespace_object is None and namespace:
+            if rule.on_missing_context == "Deny":
+                message = f"namespace {namespace!r} is not known yet (onMissingContext: Deny); retry shortly"
+                self._record(rule, target, message)
+                return "namespace context missing (denied)"
+            return "namespace context missing (onMissingContext: Allow)"
+        if match.namespace_selector is not None:
+            labels = ((admission.namespace_object or {}).get("metadata") or {}).get("labels")
+            if not match.namespace_selector.matches(labels):
+                return "namespaceSelector does not match"
+        if match.object_selector is not None and not self._object_selected(rule, target):
+            return "objectSelector does not match"
+        if match.gpu is not None:
+            has_gpus = self._gpus(target) > 0
+            if has_gpus != match.gpu:
+                return "requests no accelerators (gpu: true)" if match.gpu else "requests accelerators (gpu: false)"
+        if match.condition is not None:
+            try:
+                if _evaluate(match.condition, self._activation(rule, target)) is not True:
+                    return "condition is false"
+            except RuleError as error:
+                return f"condition failed: {error}"
+        return None
+
+    def _object_selected(self, rule: Rule, target: Target) -> bool:
+        selector = rule.match.object_selector
+        assert selector is not None
+        candidates = [self.working]
+        if target.root == () and self.admission.old_object is not None:
+            candidates.append(self.admission.old_object)  # as the apiserver does: either may match
+        for document in candidates:
+            node: Any = document
+            for part in target.metadata:
+                node = node[part] if isinstance(node, list) else (node or {}).get(part)
+            labels = node.get("labels") if isinstance(node, Mapping) else None
+            if selector.matches(labels if isinstance(labels, Mapping) else None):
+                return True
+        return False
+
+    def _gpus(self, target: Target) -> int:
+        accelerators = self.ruleset.accelerators
+        return sum(accelerators.pod_count(_at(self.working, path)) for path in target.pod_specs)
+
+    def _activation(self, rule: Rule, target: Target) -> Any:
+        pod_specs = [_at(self.working, path) for path in target.pod_specs]
+        return self.ruleset.env.activation(
+            {
+                "object": self.admission.object if self.admission.object is None else self.working,
+                "oldObject": self.admission.old_object,
+                "request": self.admission.request,
+                "namespaceObject": self.admission.namespace_object,
+                "params": rule.params,
+                "podSpec": pod_specs[0] if len(pod_specs) == 1 else None,
+                "podSpecs": pod_specs,
+                "containers": _containers(pod_specs),
+                "target": target.description,
+                _TARGET_GPUS: self._gpus(target),
+            }
+        )
+
+    def _message(self, rule: Rule, target: Target, activation: Any) -> str:
+        validation = rule.validate
+        assert validation is not None
+        if validation.message_expression is not None:
+            try:
+                message = _evaluate(validation.message_expression, activation)
+                if isinstance(message, str) and message.strip():
+                    return message
+            except RuleError:
+                pass  # fall back to the static message: a broken message must not hide the denial
+        if validation.message:
+            return validation.message
+        return f"{target.description} violates {rule.name}"
+
+    def _record(self, rule: Rule, target: Target, message: str) -> None:
+        action = rule.action
+        if action == Action.DENY and self.mode == Mode.AUDIT:
+            action = Action.AUDIT
+        violation = Violation(rule=rule.name, action=action, message=message, target=target.description)
+        bucket = {
+            Action.DENY: self.decision.violations,
+            Action.WARN: self.decision.warnings,
+            Action.AUDIT: self.decision.audits,
+        }[action]
+        bucket.append(violation)
+
+    def _error(self, rule: Rule, target: Target, entry: RuleTrace, message: str) -> None:
+        entry.result = "error"
+        entry.message = message
+        self.decision.errors.append(f"{rule.name}: {target.description}: {message}")
+        if rule.failure_policy == "Fail":
+            self._record(rule, target, f"rule {rule.name} could not be evaluated: {message}")
+
+
+def _evaluate(expression: CompiledExpression, activation: Any) -> Any:
+    try:
+        return expression.evaluate(activation)
+    except CelEvaluationError as error:
+        raise RuleError(str(error)) from None
+    except Exception as error:  # a helper's own failure surfaces as a rule error, never a crash
+        raise RuleError(f"{type(error).__name__}: {error}") from None
+
+
+def _failures(result: Any, rule: Rule) -> list[str] | None:
+    """bool: true passes; list of strings: each one a failure, empty passes."""
+    if result is True or result is False:
+        return []
+    if isinstance(result, list) and all(isinstance(item, str) for item in result):
+        return list(result)
+    return None
+
+
+def _containers(pod_specs: list[Any]) -> list[Any]:
+    found: list[Any] = []
+    for spec in pod_specs:
+        if isinstance(spec, Mapping):
+            for field_name in ("initContainers", "containers"):
+                value = spec.get(field_name)
+                if isinstance(value, list):
+                    found.extend(value)
+    return found
+
+
+def _at(document: Any, path: tuple[str | int, ...]) -> Any:
+    for part in path:
+        if isinstance(part, int):
+            document = document[part] if isinstance(document, list) and part < len(document) else None
+        else:
+            document = document.get(part) if isinstance(document, Mapping) else None
+    return document
+
+
+def _copy(document: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return orjson.loads(orjson.dumps(document))
+    except (TypeError, orjson.JSONEncodeError):
+        return copy.deepcopy(document)  # values JSON cannot carry (YAML timestamps, huge ints)

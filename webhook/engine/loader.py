@@ -1,0 +1,309 @@
+"""Rules directory -> RuleSet: parse, schema-check and compile once per (re)load.
+
+Every problem of every file is collected (file:line:column: rule NAME: message), so a
+reload reports all of them at once and `lint` can share this code. A RuleSet is only
+built when there are no errors; the caller keeps the last good one otherwise.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path as FsPath
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from .cel import CelCompileError, CelEnvironment, CompiledExpression
+from .model import Action, LabelSelector, LoadError, Match, Rule, SourceLocation, Validation
+from .mutate import OPERATIONS, build_mutation
+from .resources import DEFAULT_ACCELERATORS, Accelerators
+from .ruleset import RuleSet
+from .schema import API_VERSION, CONFIG_KIND, CONFIG_SCHEMA, POLICY_KIND, POLICY_SCHEMA, TEST_KIND
+from .yamlsource import Document, YamlError, load_documents
+
+RULE_SUFFIXES = (".yaml", ".yml")
+_POLICY_VALIDATOR = Draft202012Validator(POLICY_SCHEMA)
+_CONFIG_VALIDATOR = Draft202012Validator(CONFIG_SCHEMA)
+
+
+@dataclass(slots=True)
+class LoadResult:
+    ruleset: RuleSet | None
+    errors: list[LoadError] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.ruleset is not None
+
+
+def rule_files(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
+    """YAML files under the given paths, sorted; `..data`-style ConfigMap internals are skipped."""
+    found: list[str] = []
+    for path in paths:
+        path = FsPath(path)
+        if path.is_file():
+            found.append(str(path))
+            continue
+        for root, dirs, files in os.walk(path, followlinks=True):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            found.extend(os.path.join(root, f) for f in sorted(files) if f.endswith(RULE_SUFFIXES))
+    return found
+
+
+def load_rules(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]) -> LoadResult:
+    if isinstance(paths, str | os.PathLike):
+        paths = [paths]
+    files = rule_files(paths)
+    errors: list[LoadError] = []
+    documents: list[Document] = []
+    for file in files:
+        try:
+            text = FsPath(file).read_text(encoding="utf-8")
+            documents.extend(load_documents(text, file))
+        except YamlError as error:
+            errors.append(LoadError(SourceLocation(file, error.line, error.column), f"invalid YAML: {error}"))
+        except (OSError, UnicodeDecodeError) as error:
+            errors.append(LoadError(SourceLocation(file, 1, 1), f"cannot read: {error}"))
+    result = compile_documents(documents, errors)
+    result.files = files
+    return result
+
+
+def compile_documents(documents: list[Document], errors: list[LoadError] | None = None) -> LoadResult:
+    errors = errors if errors is not None else []
+    policies: list[Document] = []
+    accelerators = list(DEFAULT_ACCELERATORS)
+    for document in documents:
+        data = document.data
+        if data is None:
+            continue
+        where = _location(document, ())
+        if not isinstance(data, Mapping):
+            errors.append(LoadError(where, "a rule document must be a mapping"))
+            continue
+        for path, (line, column) in document.duplicate_keys:
+            errors.append(LoadError(SourceLocation(document.file, line, column), f"duplicate key {path[-1]!r}"))
+        kind = data.get("kind")
+        if kind == TEST_KIND:
+            continue  # test suites live beside the rules; `gpu-webhook test` reads them
+        if kind == CONFIG_KIND:
+            if _schema_errors(document, _CONFIG_VALIDATOR, errors, None):
+                accelerators = list(data.get("spec", {}).get("acceleratorResources", accelerators))
+            continue
+        if kind != POLICY_KIND or data.get("apiVersion") != API_VERSION:
+            errors.append(
+                LoadError(
+                    where,
+                    f"unknown document {data.get('apiVersion')}/{kind}: expected {API_VERSION} "
+                    f"{POLICY_KIND}, {CONFIG_KIND} or {TEST_KIND}",
+                )
+            )
+            continue
+        policies.append(document)
+
+    env = CelEnvironment(Accelerators.from_patterns(accelerators))
+    rules: list[Rule] = []
+    seen: dict[str, SourceLocation] = {}
+    for document in policies:
+        name = _rule_name(document.data)
+        if not _schema_errors(document, _POLICY_VALIDATOR, errors, name):
+            continue
+        rule = _compile_rule(document, env, errors)
+        if rule is None:
+            continue
+        if rule.name in seen:
+            errors.append(
+                LoadError(rule.source, f"duplicate rule name (first defined at {seen[rule.name]})", rule.name)
+            )
+            continue
+        seen[rule.name] = rule.source
+        rules.append(rule)
+    if errors:
+        return LoadResult(ruleset=None, errors=errors)
+    return LoadResult(ruleset=RuleSet.build(rules, env))
+
+
+def _rule_name(data: Mapping[str, Any]) -> str | None:
+    metadata = data.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    return name if isinstance(name, str) else None
+
+
+def _location(document: Document, path: tuple[Any, ...], key: bool = False) -> SourceLocation:
+    line, column = document.position(path, key=key)
+    return SourceLocation(document.file, line, column)
+
+
+def _schema_errors(
+    document: Document, validator: Draft202012Validator, errors: list[LoadError], rule: str | None
+) -> bool:
+    """Report every schema violation of one document; True when there were none."""
+    before = len(errors)
+    try:
+        found = sorted(validator.iter_errors(document.data), key=lambda e: list(map(str, e.absolute_path)))
+    except RecursionError:
+        errors.append(LoadError(_location(document, ()), "document is nested too deeply", rule))
+        return False
+    for error in found:
+        errors.extend(_explain(document, error, rule))
+    return len(errors) == before
+
+
+def _explain(document: Document, error: Any, rule: str | None) -> Iterator[LoadError]:
+    path = tuple(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
+        allowed = list(error.schema.get("properties", {}))
+        for extra in sorted(set(error.instance) - set(allowed), key=str):
+            hint = difflib.get_close_matches(str(extra), allowed, n=1)
+            suffix = f" (did you mean {hint[0]!r}?)" if hint else f" (allowed: {', '.join(allowed)})"
+            where = _location(document, (*path, extra), key=True)
+            yield LoadError(where, f"unknown field {_dotted((*path, extra))!r}{suffix}", rule)
+        return
+    where = _location(document, path)
+    field_name = _dotted(path) or "document"
+    if error.validator == "enum":
+        choices = ", ".join(str(c) for c in error.validator_value)
+        yield LoadError(where, f"{field_name}: {error.instance!r} is not one of: {choices}", rule)
+    elif error.validator == "required":
+        yield LoadError(where, f"{field_name}: {error.message.replace(' property', ' field')}", rule)
+    elif error.validator == "anyOf" and path == ("spec",):
+        yield LoadError(where, "spec: a rule needs `validate`, `mutate` or both", rule)
+    elif error.validator == "anyOf" and isinstance(error.instance, Mapping):
+        # a mutation's own arguments, or {fromParam: NAME}: explain the branch the author meant
+        branch = 1 if "fromParam" in error.instance else 0
+        for sub in error.context:
+            if sub.relative_schema_path and sub.relative_schema_path[0] == branch:
+                yield from _explain(document, sub, rule)
+    elif error.validator in ("minProperties", "maxProperties") and "mutate" in path:
+        yield LoadError(where, f"{field_name}: each mutate entry names exactly one operation", rule)
+    elif error.validator == "oneOf":
+        yield LoadError(where, f"{field_name}: give exactly one of `value` or `valueExpression`", rule)
+    else:
+        yield LoadError(where, f"{field_name}: {error.message}", rule)
+
+
+def _dotted(path: Iterable[Any]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _compile_rule(document: Document, env: CelEnvironment, errors: list[LoadError]) -> Rule | None:
+    data = document.data
+    spec = data["spec"]
+    name = data["metadata"]["name"]
+    before = len(errors)
+
+    def expression(path: tuple[Any, ...]) -> CompiledExpression | None:
+        node: Any = data
+        for part in path:
+            node = node.get(part) if isinstance(node, Mapping) else node[part]
+            if node is None:
+                return None
+        try:
+            return env.compile(node)
+        except CelCompileError as error:
+            line, column = document.position(path)
+            # a plain scalar starts on its own line; block scalars (| or >) start one line below
+            offset_line = line + error.line - 1 if error.line > 1 else line
+            where = SourceLocation(document.file, offset_line, column + error.column - 1 if error.line == 1 else 1)
+            errors.append(LoadError(where, f"{_dotted(path)}: CEL: {error}", name))
+            return None
+
+    match_spec = spec["match"]
+    namespaces = match_spec.get("namespaces") or {}
+    operations = match_spec.get("operations") or ["CREATE", "UPDATE"]
+    match = Match(
+        kinds=frozenset(match_spec["kinds"]),
+        operations=frozenset(("CREATE", "UPDATE", "DELETE", "CONNECT") if "*" in operations else operations),
+        namespaces_include=frozenset(namespaces["include"]) if "include" in namespaces else None,
+        namespaces_exclude=frozenset(namespaces.get("exclude", ())),
+        namespace_selector=_selector(match_spec.get("namespaceSelector")),
+        object_selector=_selector(match_spec.get("objectSelector")),
+        gpu=match_spec.get("gpu"),
+        condition=expression(("spec", "match", "condition")),
+    )
+    validation = None
+    if "validate" in spec:
+        validate_expression = expression(("spec", "validate", "expression"))
+        message_expression = expression(("spec", "validate", "messageExpression"))
+        if validate_expression is not None:
+            validation = Validation(
+                expression=validate_expression,
+                message=spec["validate"].get("message"),
+                message_expression=message_expression,
+            )
+    mutations = []
+    params = spec.get("params") or {}
+    for index, operation in enumerate(spec.get("mutate") or []):
+        (operation_name, args), = operation.items()
+        where = _location(document, ("spec", "mutate", index))
+        if isinstance(args, Mapping) and "fromParam" in args:
+            args = params.get(args["fromParam"])
+            problems = list(Draft202012Validator(OPERATIONS[operation_name][0]).iter_errors(args))
+            if problems:
+                detail = problems[0].message if args is not None else "is not set"
+                errors.append(
+                    LoadError(where, f"spec.mutate[{index}].{operation_name}: params.{_param_name(operation)} {detail}", name)
+                )
+                continue
+        try:
+            mutations.append(build_mutation({operation_name: args}, env))
+        except CelCompileError as error:
+            errors.append(LoadError(where, f"spec.mutate[{index}]: CEL: {error}", name))
+    if len(errors) > before:
+        return None
+    compiled = [e for e in (match.condition, validation and validation.expression) if e is not None]
+    if validation and validation.message_expression:
+        compiled.append(validation.message_expression)
+    compiled.extend(e for m in mutations for e in _mutation_expressions(m))
+    needs_namespace = match.namespace_selector is not None or any(
+        "namespaceObject" in e.references for e in compiled
+    )
+    annotations = data["metadata"].get("annotations") or {}
+    return Rule(
+        name=name,
+        description=annotations.get("gpu-webhook.io/description", ""),
+        action=Action(spec.get("action", "Deny")),
+        match=match,
+        validate=validation,
+        mutations=tuple(mutations),
+        params=spec.get("params") or {},
+        autogen=spec.get("autogen", True),
+        failure_policy=spec.get("failurePolicy", "Fail"),
+        on_missing_context=spec.get("onMissingContext", "Allow"),
+        needs_namespace=needs_namespace,
+        source=_location(document, ()),
+    )
+
+
+def _param_name(operation: Mapping[str, Any]) -> str:
+    (args,) = operation.values()
+    return str(args["fromParam"])
+
+
+def _mutation_expressions(mutation: Any) -> list[CompiledExpression]:
+    found = []
+    for attribute in ("expression", "expressions"):
+        value = getattr(mutation, attribute, None)
+        if isinstance(value, CompiledExpression):
+            found.append(value)
+        elif isinstance(value, tuple):
+            found.extend(v for _, v in value if isinstance(v, CompiledExpression))
+    return found
+
+
+def _selector(spec: Mapping[str, Any] | None) -> LabelSelector | None:
+    if not spec:
+        return None
+    return LabelSelector(
+        match_labels=tuple((spec.get("matchLabels") or {}).items()),
+        match_expressions=tuple(
+            (e["key"], e["operator"], frozenset(e.get("values") or ())) for e in spec.get("matchExpressions") or ()
+        ),
+    )

@@ -1,0 +1,399 @@
+"""Named mutation operations with fixed, idempotent semantics (DESIGN §2, §3).
+
+Each operation looks at the working copy, changes only what is missing (or, with
+`override`, what differs) and records the edit through the Patcher. Applying a rule
+set to its own output therefore changes nothing, as `reinvocationPolicy: IfNeeded`
+requires.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+from .cel import CelEnvironment, CompiledExpression
+from .model import Target
+from .patch import Patcher
+from .pointer import Path
+from .resources import Accelerators
+
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+class MutationError(ValueError):
+    """A mutation cannot produce a valid object (bad computed value): the rule's failurePolicy decides."""
+
+
+@dataclass(slots=True)
+class MutationContext:
+    patcher: Patcher
+    target: Target
+    operation: str
+    evaluate: Callable[[CompiledExpression], Any]
+    accelerators: Accelerators
+
+
+class Mutation(Protocol):
+    name: ClassVar[str]
+
+    def apply(self, ctx: MutationContext) -> None: ...
+
+
+def _str(schema_extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"type": "string", **(schema_extra or {})}
+
+
+_OVERRIDE = {"type": "boolean", "default": False, "description": "Replace an existing different value."}
+
+
+@dataclass(frozen=True, slots=True)
+class AddToleration:
+    name: ClassVar[str] = "addToleration"
+    schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["key"],
+        "properties": {
+            "key": _str(),
+            "operator": {"enum": ["Exists", "Equal"], "default": "Exists"},
+            "value": _str(),
+            "effect": {"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute", ""]},
+            "tolerationSeconds": {"type": "integer"},
+        },
+    }
+    toleration: Mapping[str, Any]
+
+    @classmethod
+    def build(cls, spec: Mapping[str, Any], env: CelEnvironment) -> AddToleration:
+        toleration = {"key": spec["key"], "operator": spec.get("operator", "Exists")}
+        for field in ("value", "effect", "tolerationSeconds"):
+            if field in spec:
+                toleration[field] = spec[field]
+        return cls(toleration)
+
+    def apply(self, ctx: MutationContext) -> None:
+        for spec_path in ctx.target.pod_specs:
+            existing = ctx.patcher.get((*spec_path, "tolerations"))
+            if isinstance(existing, list) and any(_covers(t, self.toleration) for t in existing):
+                continue
+            ctx.patcher.append((*spec_path, "tolerations"), dict(self.toleration))
+
+
+def _covers(existing: Any, wanted: Mapping[str, Any]) -> bool:
+    """Does an existing toleration already tolerate every taint the wanted one would?"""
+    if not isinstance(existing, Mapping):
+        return False
+    operator = existing.get("operator") or "Equal"
+    key = existing.get("key") or ""
+    if key == "" and operator == "Exists":
+        key_ok = True  # tolerates every taint
+    else:
+        key_ok = key == wanted["key"]
+    if not key_ok:
+        return False
+    if operator != "Exists":
+        wanted_value = wanted.get("value")
+        if wanted.get("operator") == "Exists" or existing.get("value", "") != (wanted_value or ""):
+            return False
+    effect = existing.get("effect") or ""
+    return effect == "" or effect == (wanted.get("effect") or "")
+
+
+@dataclass(frozen=True, slots=True)
+class RequireNodeAffinity:
+    name: ClassVar[str] = "requireNodeAffinity"
+    schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["key", "operator"],
+        "properties": {
+            "key": _str(),
+            "operator": {"enum": ["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]},
+            "values": {"type": "array", "items": _str()},
+        },
+    }
+    expression: Mapping[str, Any]
+
+    @classmethod
+    def build(cls, spec: Mapping[str, Any], env: CelEnvironment) -> RequireNodeAffinity:
+        expression: dict[str, Any] = {"key": spec["key"], "operator": spec["operator"]}
+        if spec.get("values") is not None:
+            expression["values"] = list(spec["values"])
+        return cls(expression)
+
+    def apply(self, ctx: MutationContext) -> None:
+        for spec_path in ctx.target.pod_specs:
+            terms_path: Path = (
+                *spec_path,
+                "affinity",
+                "nodeAffinity",
+                "requiredDuringSchedulingIgnoredDuringExecution",
+                "nodeSelectorTerms",
+            )
+            terms = ctx.patcher.get(terms_path)
+            if not isinstance(terms, list) or not terms:
+                ctx.patcher.set(terms_path, [{"matchExpressions": [dict(self.expression)]}])
+                continue
+            # Terms are ORed: the requirement must join every term, or one term would escape it.
+            for index, term in enumerate(terms):
+                if not isinstance(term, Mapping):
+                    continue
+                expressions = term.get("matchExpressions")
+                if isinstance(expressions, list) and any(_same_requirement(e, self.expression) for e in expressions):
+                    continue
+                ctx.patcher.append((*terms_path, index, "matchExpressions"), dict(self.expression))
+
+
+def _same_requirement(existing: Any, wanted: Mapping[str, Any]) -> bool:
+    return (
+        isinstance(existing, Mapping)
+        and existing.get("key") == wanted["key"]
+        and existing.get("operator") == wanted["operator"]
+        and sorted(existing.get("values") or []) == sorted(wanted.get("values") or [])
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SetMetadata:
+    """setLabels / setAnnotations on the target's metadata (the pod template's, for autogen targets)."""
+
+    name: ClassVar[str] = "setLabels"
+    schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "values": {"type": "object", "additionalProperties": _str()},
+            "valueExpressions": {"type": "object", "additionalProperties": _str()},
+            "override": _OVERRIDE,
+        },
+    }
+    field: str
+    values: tuple[tuple[str, str], ...]
+    expressions: tuple[tuple[str, CompiledExpression], ...]
+    override: bool
+
+    def apply(self, ctx: MutationContext) -> None:
+        for key, value in self.values:
+            self._set(ctx, key, value)
+        for key, expression in self.expressions:
+            value = ctx.evaluate(expression)
+            if value is None or value == "":
+                continue  # nothing to copy (e.g. the namespace has no such label)
+            if not isinstance(value, str):
+                raise MutationError(f"{self.field} {key!r}: expression gave {type(value).__name__}, not a string")
+            self._set(ctx, key, value)
+
+    def _set(self, ctx: MutationContext, key: str, value: str) -> None:
+        if self.field == "labels" and (len(value) > 63 or not LABEL_VALUE.match(value)):
+            raise MutationError(f"label {key!r}: {value!r} is not a valid label value")
+        current = ctx.patcher.get(ctx.target.metadata)
+        current = current.get(self.field) if isinstance(current, Mapping) else None
+        if isinstance(current, Mapping) and key in current and (not self.override or current[key] == value):
+            return
+        ctx.patcher.set((*ctx.target.metadata, self.field, key), value)
+
+
+@dataclass(frozen=True, slots=True)
+class SetPodField:
+    """setPriorityClassName / setSchedulerName: a string field of each pod spec."""
+
+    name: ClassVar[str] = "setPriorityClassName"
+    schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"value": _str(), "valueExpression": _str(), "override": _OVERRIDE},
+        "oneOf": [{"required": ["value"]}, {"required": ["valueExpression"]}],
+    }
+    field: str
+    value: str | None
+    expression: CompiledExpression | None
+    override: bool
+
+    def apply(self, ctx: MutationContext) -> None:
+        value = self.value if self.expression is None else ctx.evaluate(self.expression)
+        if value is None or value == "":
+            return
+        if not isinstance(value, str):
+            raise MutationError(f"{self.field}: expression gave {type(value).__name__}, not a string")
+        for spec_path in ctx.target.pod_specs:
+            current = ctx.patcher.get((*spec_path, self.field))
+            if current == value or (current and not self.override):
+                continue
+            ctx.patcher.set((*spec_path, self.field), value)
+            if self.field == "priorityClassName" and ctx.target.is_pod:
+                # The Priority plugin already resolved spec.priority for the old class (0 for none);
+                # it recomputes it after us only if we remove it.
+                ctx.patcher.remove((*spec_path, "priority"))
+
+
+@dataclass(frozen=True, slots=True)
+class AddEnv:
+    name: ClassVar[str] = "addEnv"
+    schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["name", "value"],
+        "properties": {
+            "name": _str(),
+            "value": _str(),
+            "containers": {"enum": ["all", "gpu", "nonGpu"], "default": "all"},
+            "override": _OVERRIDE,
+        },
+    }
+    env_name: str
+    value: str
+    containers: str
+    override: bool
+
+    def apply(self, ctx: MutationContext) -> None:
+        for spec_path in ctx.target.pod_specs:
+            for field in ("initContainers", "containers"):
+                containers = ctx.patcher.get((*spec_path, field))
+                for index, container in enumerate(containers if isinstance(containers, list) else []):
+                    if isinstance(container, Mapping) and self._selects(ctx, container):
+                        self._add(ctx, (*spec_path, field, index, "env"), container.get("env"))
+
+    def _selects(self, ctx: MutationContext, container: Mapping[str, Any]) -> bool:
+        if self.containers == "all":
+            return True
+        has_gpu = ctx.accelerators.container_count(container) > 0
+        return has_gpu if self.containers == "gpu" else not has_gpu
+
+    def _add(self, ctx: MutationContext, env_path: Path, env: Any) -> None:
+        entries = env if isinstance(env, list) else []
+        for index, entry in enumerate(entries):
+            if isinstance(entry, Mapping) and entry.get("name") == self.env_name:
+                if self.override and (entry.get("value") != self.value or "valueFrom" in entry):
+                    ctx.patcher.set((*env_path, index), {"name": self.env_name, "value": self.value})
+                return
+        ctx.patcher.append(env_path, {"name": self.env_name, "value": self.value})
+
+
+@dataclass(frozen=True, slots=True)
+class Merge:
+    """Overlay: adds what the target lacks, recursively; never replaces an existing value."""
+
+    name: ClassVar[str] = "merge"
+    schema: ClassVar[dict[str, Any]] = {"type": "object"}
+    overlay: Mapping[str, Any]
+
+    def apply(self, ctx: MutationContext) -> None:
+        self._merge(ctx, ctx.target.root, self.overlay)
+
+    def _merge(self, ctx: MutationContext, path: Path, overlay: Mapping[str, Any]) -> None:
+        for key, value in overlay.items():
+            current = ctx.patcher.get((*path, key))
+            if current is None:
+                ctx.patcher.set((*path, key), value)
+            elif isinstance(current, Mapping) and isinstance(value, Mapping):
+                self._merge(ctx, (*path, key), value)
+
+
+@dataclass(frozen=True, slots=True)
+class SetQueueName:
+    """Kueue's queue label on the job object, only at CREATE (Kueue makes it immutable while running).
+
+    A batch/v1 Job also gets `spec.suspend: true`: Kueue's own webhook may already have
+    run and seen no label, and an unsuspended Job would start without admission.
+    """
+
+    name: ClassVar[str] = "setQueueName"
+    schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"value": _str(), "valueExpression": _str()},
+        "oneOf": [{"required": ["value"]}, {"required": ["valueExpression"]}],
+    }
+    value: str | None
+    expression: CompiledExpression | None
+
+    def apply(self, ctx: MutationContext) -> None:
+        if ctx.operation != "CREATE":
+            return
+        metadata = ctx.patcher.get(ctx.target.metadata)
+        labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+        if isinstance(labels, Mapping) and labels.get(QUEUE_LABEL):
+            return
+        queue = self.value if self.expression is None else ctx.evaluate(self.expression)
+        if queue is None or queue == "":
+            return
+        if not isinstance(queue, str) or not _DNS_SUBDOMAIN.match(queue) or len(queue) > 253:
+            raise MutationError(f"queue name {queue!r} is not a DNS-1123 subdomain")
+        ctx.patcher.set((*ctx.target.metadata, "labels", QUEUE_LABEL), queue)
+        root = ctx.patcher.get(ctx.target.root)
+        if (
+            isinstance(root, Mapping)
+            and root.get("kind") == "Job"
+            and root.get("apiVersion") == "batch/v1"
+            and (root.get("spec") or {}).get("suspend") is not True
+        ):
+            ctx.patcher.set((*ctx.target.root, "spec", "suspend"), True)
+
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _value_or_expression(
+    spec: Mapping[str, Any], env: CelEnvironment
+) -> tuple[str | None, CompiledExpression | None]:
+    if "valueExpression" in spec:
+        return None, env.compile(spec["valueExpression"])
+    return spec.get("value"), None
+
+
+def _build_metadata(field: str) -> Callable[[Mapping[str, Any], CelEnvironment], SetMetadata]:
+    def build(spec: Mapping[str, Any], env: CelEnvironment) -> SetMetadata:
+        return SetMetadata(
+            field=field,
+            values=tuple((spec.get("values") or {}).items()),
+            expressions=tuple((k, env.compile(v)) for k, v in (spec.get("valueExpressions") or {}).items()),
+            override=bool(spec.get("override", False)),
+        )
+
+    return build
+
+
+def _build_pod_field(field: str) -> Callable[[Mapping[str, Any], CelEnvironment], SetPodField]:
+    def build(spec: Mapping[str, Any], env: CelEnvironment) -> SetPodField:
+        value, expression = _value_or_expression(spec, env)
+        return SetPodField(field=field, value=value, expression=expression, override=bool(spec.get("override")))
+
+    return build
+
+
+# operation name -> (JSON schema of its arguments, builder); every door and the schema read this table
+OPERATIONS: dict[str, tuple[dict[str, Any], Callable[[Mapping[str, Any], CelEnvironment], Mutation]]] = {
+    "addToleration": (AddToleration.schema, AddToleration.build),
+    "requireNodeAffinity": (RequireNodeAffinity.schema, RequireNodeAffinity.build),
+    "setLabels": (SetMetadata.schema, _build_metadata("labels")),
+    "setAnnotations": (SetMetadata.schema, _build_metadata("annotations")),
+    "setPriorityClassName": (SetPodField.schema, _build_pod_field("priorityClassName")),
+    "setSchedulerName": (SetPodField.schema, _build_pod_field("schedulerName")),
+    "addEnv": (
+        AddEnv.schema,
+        lambda spec, env: AddEnv(
+            env_name=spec["name"],
+            value=spec["value"],
+            containers=spec.get("containers", "all"),
+            override=bool(spec.get("override")),
+        ),
+    ),
+    "merge": (Merge.schema, lambda spec, env: Merge(dict(spec))),
+    "setQueueName": (SetQueueName.schema, lambda spec, env: SetQueueName(*_value_or_expression(spec, env))),
+}
+
+
+def build_mutation(spec: Mapping[str, Any], env: CelEnvironment) -> Mutation:
+    (name, args), = spec.items()
+    return OPERATIONS[name][1](args or {}, env)
+
+
+def mutation_name(mutation: Mutation) -> str:
+    if isinstance(mutation, SetMetadata):
+        return "setLabels" if mutation.field == "labels" else "setAnnotations"
+    if isinstance(mutation, SetPodField):
+        return "setPriorityClassName" if mutation.field == "priorityClassName" else "setSchedulerName"
+    return mutation.name

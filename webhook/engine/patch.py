@@ -1,0 +1,103 @@
+"""Edits a working copy of the object and records each edit as a JSON Patch operation.
+
+The apiserver applies our patch to the object it sent, operation by operation. Each
+operation here is computed against the working copy as it stands after the previous
+ones and applied to it at once, so the recorded sequence applies cleanly by
+construction. A missing parent is created together with its child, in one `add`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .pointer import Path, to_pointer
+
+
+class Patcher:
+    def __init__(self, document: dict[str, Any]) -> None:
+        self.document = document
+        self.operations: list[dict[str, Any]] = []
+
+    def get(self, path: Path) -> Any:
+        node: Any = self.document
+        for part in path:
+            if isinstance(part, int):
+                if not isinstance(node, list) or not 0 <= part < len(node):
+                    return None
+                node = node[part]
+            else:
+                if not isinstance(node, Mapping):
+                    return None
+                node = node.get(part)
+        return node
+
+    def set(self, path: Path, value: Any) -> None:
+        """Set a map entry, creating missing parent maps in the same operation."""
+        parent_path, key = path[:-1], path[-1]
+        existing = 0
+        node: Any = self.document
+        for part in parent_path:
+            if isinstance(part, int):
+                if not isinstance(node, list) or not 0 <= part < len(node):
+                    raise PatchConflict(f"cannot set {to_pointer(path)}: no list item {part}")
+                node = node[part]
+            elif not isinstance(node, dict):
+                raise PatchConflict(f"cannot set {to_pointer(path)}: parent is not an object")
+            elif node.get(part) is None:
+                break
+            else:
+                node = node[part]
+            existing += 1
+        if existing < len(parent_path):
+            if not isinstance(node, dict) or any(isinstance(p, int) for p in path[existing:]):
+                raise PatchConflict(f"cannot set {to_pointer(path)}: parent is not an object")
+            # first missing parent: add it with the rest of the path nested inside
+            nested: Any = value
+            for part in reversed(path[existing + 1 :]):
+                nested = {part: nested}
+            self._record("add", path[: existing + 1], nested)
+            node[path[existing]] = nested
+            return
+        if not isinstance(node, dict):
+            raise PatchConflict(f"cannot set {to_pointer(path)}: parent is not an object")
+        op = "replace" if key in node else "add"
+        self._record(op, path, value)
+        node[key] = value
+
+    def append(self, path: Path, item: Any) -> None:
+        """Append to a list, creating it (and missing parents) when absent."""
+        current = self.get(path)
+        if current is None:
+            self.set(path, [item])
+            return
+        if not isinstance(current, list):
+            raise PatchConflict(f"cannot append to {to_pointer(path)}: not a list")
+        self._record("add", (*path, "-"), item)
+        current.append(item)
+
+    def remove(self, path: Path) -> None:
+        parent = self.get(path[:-1])
+        key = path[-1]
+        if isinstance(parent, dict) and key in parent:
+            self._record("remove", path, None)
+            del parent[key]
+
+    def _record(self, op: str, path: Path, value: Any) -> None:
+        entry: dict[str, Any] = {"op": op, "path": to_pointer(path)}
+        if op != "remove":
+            entry["value"] = _copy(value)
+        self.operations.append(entry)
+
+
+class PatchConflict(ValueError):
+    """The object's shape prevents an edit (e.g. `labels` is a string): reported, never crashes."""
+
+
+def _copy(value: Any) -> Any:
+    # The recorded value must not alias the working copy, which later operations may edit.
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value

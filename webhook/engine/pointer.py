@@ -1,0 +1,22 @@
+"""JSON Pointer paths: the one place where a path becomes a string (RFC 6901 escaping)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from jsonpointer import escape
+
+Path = tuple[str | int, ...]
+
+
+def to_pointer(path: Iterable[str | int]) -> str:
+    """("metadata", "labels", "kueue.x-k8s.io/queue-name") -> /metadata/labels/kueue.x-k8s.io~1queue-name"""
+    return "".join("/" + escape(str(part)) for part in path)
+
+
+def describe(path: Iterable[str | int]) -> str:
+    """A dotted path for humans: spec.containers[0].env."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out

@@ -1,0 +1,100 @@
+"""Safe YAML loading that remembers where every value and key came from (file:line:column).
+
+Only the safe loader is used: no tag can build a Python object. Duplicate keys are
+reported rather than silently keeping the last one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from .pointer import Path
+
+try:
+    _Loader: type = yaml.CSafeLoader
+except AttributeError:  # libyaml not compiled in
+    _Loader = yaml.SafeLoader
+
+
+@dataclass(slots=True)
+class Document:
+    data: Any
+    file: str
+    index: int  # position of the document in its file
+    values: dict[Path, tuple[int, int]] = field(default_factory=dict)  # path -> (line, column), 1-based
+    keys: dict[Path, tuple[int, int]] = field(default_factory=dict)  # path of a map entry -> its key's position
+    duplicate_keys: list[tuple[Path, tuple[int, int]]] = field(default_factory=list)
+
+    def position(self, path: Path, key: bool = False) -> tuple[int, int]:
+        """The closest known position for a path: the key itself when asked, else the value."""
+        path = tuple(path)
+        while True:
+            if key and path in self.keys:
+                return self.keys[path]
+            if path in self.values:
+                return self.values[path]
+            if not path:
+                return (1, 1)
+            path = path[:-1]
+
+
+class YamlError(ValueError):
+    def __init__(self, message: str, line: int, column: int) -> None:
+        super().__init__(message)
+        self.line = line
+        self.column = column
+
+
+def load_documents(text: str, file: str) -> list[Document]:
+    """All documents of a YAML stream, with positions; raises YamlError on a syntax error."""
+    loader = _Loader(text)
+    documents: list[Document] = []
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None:
+                continue
+            document = Document(data=None, file=file, index=len(documents))
+            document.data = _build(loader, node, (), document, {})
+            documents.append(document)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        problem = " ".join(str(p) for p in (error.context, error.problem) if p)
+        raise YamlError(problem or str(error), line, column) from None
+    except yaml.YAMLError as error:
+        raise YamlError(str(error), 1, 1) from None
+    finally:
+        loader.dispose()
+    return documents
+
+
+def _build(loader: Any, node: yaml.Node, path: Path, document: Document, built: dict[int, Any]) -> Any:
+    # An alias reuses the value already built for its anchor: no "billion laughs" expansion.
+    if id(node) in built:
+        return built[id(node)]
+    document.values[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+    if isinstance(node, yaml.MappingNode):
+        loader.flatten_mapping(node)  # resolves `<<` merge keys the way the safe loader does
+        result: dict[Any, Any] = {}
+        built[id(node)] = result
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            if not isinstance(key, str | int | float | bool) and key is not None:
+                raise YamlError("mapping keys must be scalars", key_node.start_mark.line + 1, 1)
+            child: Path = (*path, key)
+            position = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+            if key in result:
+                document.duplicate_keys.append((child, position))
+            document.keys[child] = position
+            result[key] = _build(loader, value_node, child, document, built)
+        return result
+    if isinstance(node, yaml.SequenceNode):
+        items: list[Any] = []
+        built[id(node)] = items
+        items.extend(_build(loader, item, (*path, index), document, built) for index, item in enumerate(node.value))
+        return items
+    return loader.construct_object(node, deep=True)
