@@ -1,7 +1,7 @@
 """The policy engine: a pure library. Load rules once, evaluate objects many times.
 
-    result = load_rules("rules/")
-    decision = evaluate(result.ruleset, AdmissionInput(object=pod, namespace="team-a"))
+result = load_rules("rules/")
+decision = evaluate(result.ruleset, AdmissionInput(object=pod, namespace="team-a"))
 """
 
 from .evaluate import AdmissionInput, evaluate

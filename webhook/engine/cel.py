@@ -86,9 +86,7 @@ class CelEnvironment:
                     cel.Overload("quantity_int", t.DOUBLE, [t.INT], impl=float),
                 ],
             ),
-            cel.FunctionDecl(
-                "isQuantity", [cel.Overload("is_quantity_string", t.BOOL, [t.STRING], impl=_is_quantity)]
-            ),
+            cel.FunctionDecl("isQuantity", [cel.Overload("is_quantity_string", t.BOOL, [t.STRING], impl=_is_quantity)]),
             cel.FunctionDecl(
                 "isAccelerator",
                 [cel.Overload("is_accelerator_string", t.BOOL, [t.STRING], impl=self._is_accelerator)],

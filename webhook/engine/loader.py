@@ -241,7 +241,7 @@ def _compile_rule(document: Document, env: CelEnvironment, errors: list[LoadErro
     mutations = []
     params = spec.get("params") or {}
     for index, operation in enumerate(spec.get("mutate") or []):
-        (operation_name, args), = operation.items()
+        ((operation_name, args),) = operation.items()
         where = _location(document, ("spec", "mutate", index))
         if isinstance(args, Mapping) and "fromParam" in args:
             args = params.get(args["fromParam"])
@@ -249,7 +249,9 @@ def _compile_rule(document: Document, env: CelEnvironment, errors: list[LoadErro
             if problems:
                 detail = problems[0].message if args is not None else "is not set"
                 errors.append(
-                    LoadError(where, f"spec.mutate[{index}].{operation_name}: params.{_param_name(operation)} {detail}", name)
+                    LoadError(
+                        where, f"spec.mutate[{index}].{operation_name}: params.{_param_name(operation)} {detail}", name
+                    )
                 )
                 continue
         try:
@@ -262,9 +264,7 @@ def _compile_rule(document: Document, env: CelEnvironment, errors: list[LoadErro
     if validation and validation.message_expression:
         compiled.append(validation.message_expression)
     compiled.extend(e for m in mutations for e in _mutation_expressions(m))
-    needs_namespace = match.namespace_selector is not None or any(
-        "namespaceObject" in e.references for e in compiled
-    )
+    needs_namespace = match.namespace_selector is not None or any("namespaceObject" in e.references for e in compiled)
     annotations = data["metadata"].get("annotations") or {}
     return Rule(
         name=name,

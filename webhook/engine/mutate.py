@@ -88,11 +88,8 @@ def _covers(existing: Any, wanted: Mapping[str, Any]) -> bool:
         return False
     operator = existing.get("operator") or "Equal"
     key = existing.get("key") or ""
-    if key == "" and operator == "Exists":
-        key_ok = True  # tolerates every taint
-    else:
-        key_ok = key == wanted["key"]
-    if not key_ok:
+    tolerates_everything = key == "" and operator == "Exists"
+    if not tolerates_everything and key != wanted["key"]:
         return False
     if operator != "Exists":
         wanted_value = wanted.get("value")
@@ -336,9 +333,7 @@ class SetQueueName:
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
-def _value_or_expression(
-    spec: Mapping[str, Any], env: CelEnvironment
-) -> tuple[str | None, CompiledExpression | None]:
+def _value_or_expression(spec: Mapping[str, Any], env: CelEnvironment) -> tuple[str | None, CompiledExpression | None]:
     if "valueExpression" in spec:
         return None, env.compile(spec["valueExpression"])
     return spec.get("value"), None
@@ -387,7 +382,7 @@ OPERATIONS: dict[str, tuple[dict[str, Any], Callable[[Mapping[str, Any], CelEnvi
 
 
 def build_mutation(spec: Mapping[str, Any], env: CelEnvironment) -> Mutation:
-    (name, args), = spec.items()
+    ((name, args),) = spec.items()
     return OPERATIONS[name][1](args or {}, env)
 
 

@@ -126,5 +126,3 @@ def get_path(obj: Any, path: Path) -> Any:
             return None
         obj = obj[part] if isinstance(part, int) else obj.get(part)
     return obj
-
-
