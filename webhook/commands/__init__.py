@@ -1,0 +1,1 @@
+"""Sub-commands of the CLI: each module registers itself with `register(subparsers)`."""
