@@ -1,0 +1,173 @@
+"""Certificates for the webhook's TLS: a private CA and a serving certificate signed by it.
+
+ECDSA P-256 keys (small, fast handshakes, accepted by every apiserver). The CA signs
+only certificates (keyCertSign, pathlen 0); the serving certificate is for TLS
+servers only (digitalSignature, serverAuth) and names the Service's DNS names.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+CA_FILE, CERT_FILE, KEY_FILE = "ca.crt", "tls.crt", "tls.key"
+# The CA outlives several serving certificates so rotating the serving one never touches
+# the caBundle in the webhook configurations; one year of serving validity matches what
+# cert-manager and most platforms rotate at, and /metrics exposes the expiry to alert on.
+CA_DAYS, SERVING_DAYS = 5 * 365, 365
+
+
+@dataclass(frozen=True, slots=True)
+class Bundle:
+    ca_cert: x509.Certificate
+    ca_key: ec.EllipticCurvePrivateKey
+    cert: x509.Certificate
+    key: ec.EllipticCurvePrivateKey
+
+
+def service_dns_names(service: str, namespace: str) -> list[str]:
+    """The names the apiserver may use to reach a Service."""
+    return [service, f"{service}.{namespace}", f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"]
+
+
+def generate_ca(
+    common_name: str = "gpu-webhook CA", days: int = CA_DAYS
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    now = _now()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=False,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return cert, key
+
+
+def generate_serving(
+    ca_cert: x509.Certificate,
+    ca_key: ec.EllipticCurvePrivateKey,
+    dns_names: list[str],
+    ip_addresses: list[str] = (),  # type: ignore[assignment]
+    days: int = SERVING_DAYS,
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    if not dns_names and not ip_addresses:
+        raise ValueError("a serving certificate needs at least one DNS name or IP address")
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, (dns_names or list(ip_addresses))[0])])
+    names: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
+    names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
+    now = _now()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(min(now + dt.timedelta(days=days), ca_cert.not_valid_after_utc))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    return cert, key
+
+
+def generate_bundle(dns_names: list[str], ip_addresses: list[str] = ()) -> Bundle:  # type: ignore[assignment]
+    ca_cert, ca_key = generate_ca()
+    cert, key = generate_serving(ca_cert, ca_key, dns_names, list(ip_addresses))
+    return Bundle(ca_cert, ca_key, cert, key)
+
+
+def write_bundle(bundle: Bundle, directory: str | os.PathLike[str], write_ca_key: bool = False) -> None:
+    """Write ca.crt, tls.crt and tls.key (0600). The CA key is kept only when asked (to sign renewals)."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    _write(out / CA_FILE, bundle.ca_cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    _write(out / KEY_FILE, _key_pem(bundle.key), 0o600)
+    _write(out / CERT_FILE, bundle.cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    if write_ca_key:
+        _write(out / "ca.key", _key_pem(bundle.ca_key), 0o600)
+
+
+def ensure_dev_certificates(directory: str | os.PathLike[str]) -> bool:
+    """Create a throw-away CA and a localhost certificate unless tls.crt and tls.key exist; True if created."""
+    out = Path(directory)
+    if (out / CERT_FILE).exists() and (out / KEY_FILE).exists():
+        return False
+    write_bundle(generate_bundle(["localhost"], ["127.0.0.1", "::1"]), out)
+    return True
+
+
+def certificate_not_after(path: str | os.PathLike[str]) -> dt.datetime:
+    cert = x509.load_pem_x509_certificate(Path(path).read_bytes())
+    return cert.not_valid_after_utc
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def _write(path: Path, data: bytes, mode: int) -> None:
+    # write then rename, so a server watching the directory never reads half a file
+    temporary = path.with_name(f".{path.name}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    os.chmod(temporary, mode)
+    os.replace(temporary, path)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)

@@ -1,0 +1,72 @@
+"""`gpu-webhook serve`: run the HTTPS admission server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from webhook import logs
+from webhook.certs import CA_FILE, ensure_dev_certificates
+from webhook.commands.common import UsageError, default_rules_dir
+from webhook.engine import Mode
+from webhook.server import Server, ServerConfig
+
+log = logging.getLogger("gpu_webhook.serve")
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("serve", help="run the admission webhook (HTTPS)")
+    parser.add_argument(
+        "--rules", action="append", help="rules directory or file (repeatable; default: the repo's rules/)"
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8443, help="HTTPS port (default 8443)")
+    parser.add_argument(
+        "--cert-dir", default="certs", help="directory with tls.crt/tls.key; made (self-signed, localhost) if empty"
+    )
+    parser.add_argument(
+        "--mode", choices=[m.value for m in Mode], default="enforce", help="audit turns Deny into Audit"
+    )
+    parser.add_argument("--client-ca", help="require client certificates signed by this CA file")
+    parser.add_argument("--metrics-host", default="127.0.0.1", help="address of the plain-HTTP metrics port")
+    parser.add_argument("--metrics-port", type=int, help="also serve /metrics, /healthz, /readyz over plain HTTP here")
+    parser.add_argument("--reload-interval", type=float, default=1.0, help="seconds between checks for changed files")
+    parser.add_argument(
+        "--shutdown-timeout", type=float, default=25.0, help="seconds in-flight requests get on SIGTERM"
+    )
+    parser.add_argument("--drain-delay", type=float, default=0.0, help="seconds to keep serving after SIGTERM")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    logs.configure(args.log_level)
+    cert_dir = Path(args.cert_dir)
+    if ensure_dev_certificates(cert_dir):
+        print(
+            f"gpu-webhook: made a throw-away CA and a certificate for localhost in {cert_dir}/; "
+            f"trust {cert_dir / CA_FILE} to call https://{args.host}:{args.port}",
+            file=sys.stderr,
+        )
+    config = ServerConfig(
+        rules=args.rules or [default_rules_dir()],
+        cert_dir=str(cert_dir),
+        host=args.host,
+        port=args.port,
+        mode=Mode(args.mode),
+        reload_interval=args.reload_interval,
+        shutdown_timeout=args.shutdown_timeout,
+        drain_delay=args.drain_delay,
+        client_ca=args.client_ca,
+        metrics_host=args.metrics_host,
+        metrics_port=args.metrics_port,
+    )
+    try:
+        server = Server(config)
+    except (ValueError, OSError) as error:
+        raise UsageError(f"cannot start:\n{error}") from None
+    asyncio.run(server.run())
+    return 0

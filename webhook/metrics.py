@@ -1,0 +1,76 @@
+"""Prometheus metrics of one server process, in a registry of its own (no global state)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from webhook.engine import Decision
+
+# Admission answers take tens of microseconds; the apiserver gives up after seconds.
+LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5)
+
+
+class Metrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "gpu_webhook_requests",
+            "Admission requests answered, by endpoint, operation, kind and decision.",
+            ["endpoint", "operation", "kind", "decision"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "gpu_webhook_request_duration_seconds",
+            "Time to answer one admission request (parse, evaluate, serialise).",
+            ["endpoint", "operation", "kind", "decision"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.rejected = Counter(
+            "gpu_webhook_bad_requests", "Requests refused before evaluation, by HTTP status.", ["code"], registry=r
+        )
+        self.rule_results = Counter(
+            "gpu_webhook_rule_results",
+            "Rule outcomes that affect a request: deny, warn, audit (incl. would-be denials in audit mode).",
+            ["rule", "action"],
+            registry=r,
+        )
+        self.rule_errors = Counter(
+            "gpu_webhook_rule_evaluation_errors", "Rule evaluation errors, by rule.", ["rule"], registry=r
+        )
+        self.rules_generation = Gauge(
+            "gpu_webhook_rules_generation", "Generation of the rule set in use (+1 per successful load).", registry=r
+        )
+        self.rules_loaded = Gauge("gpu_webhook_rules_loaded", "Rules in the rule set in use.", registry=r)
+        self.reload_failures = Counter(
+            "gpu_webhook_rules_reload_failures",
+            "Rule reloads that failed (the last good rule set kept serving).",
+            registry=r,
+        )
+        self.reload_ok = Gauge(
+            "gpu_webhook_rules_last_reload_success", "1 if the last rule (re)load succeeded, else 0.", registry=r
+        )
+        self.cert_expiry = Gauge(
+            "gpu_webhook_certificate_expiry_timestamp_seconds",
+            "Unix time at which the serving certificate expires.",
+            registry=r,
+        )
+        self.cert_reloads = Counter("gpu_webhook_certificate_reloads", "Serving certificate reloads.", registry=r)
+
+    def observe(self, endpoint: str, operation: str, kind: str, decision: str, seconds: float) -> None:
+        self.requests.labels(endpoint, operation, kind, decision).inc()
+        self.latency.labels(endpoint, operation, kind, decision).observe(seconds)
+
+    def observe_rules(self, decision: Decision) -> None:
+        for bucket, action in ((decision.violations, "deny"), (decision.warnings, "warn"), (decision.audits, "audit")):
+            for violation in bucket:
+                self.rule_results.labels(violation.rule, action).inc()
+        for error in decision.errors:
+            self.rule_errors.labels(error.split(":", 1)[0]).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

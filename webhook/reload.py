@@ -1,0 +1,136 @@
+"""Hot reload of rules and of the serving certificate, off the request path.
+
+Both are polled: a stat() of a few files per second is cheap, and polling sees every
+way a file can change, including a ConfigMap or Secret mount, where kubelet swaps the
+`..data` symlink atomically and no event fires on the visible names themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import ssl
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from webhook.certs import CERT_FILE, KEY_FILE, certificate_not_after
+from webhook.engine import LoadError, RuleSet, load_rules, rule_files
+from webhook.engine.model import SourceLocation
+from webhook.metrics import Metrics
+
+log = logging.getLogger("gpu_webhook.reload")
+Fingerprint = tuple[tuple[str, int, int, int], ...]
+
+
+def fingerprint(paths: list[str]) -> Fingerprint:
+    """What identifies the current content: resolved path, inode, size and mtime of each file."""
+    entries = []
+    for path in paths:
+        try:
+            real = os.path.realpath(path)
+            stat = os.stat(real)
+        except OSError:
+            continue
+        entries.append((real, stat.st_ino, stat.st_size, stat.st_mtime_ns))
+    return tuple(entries)
+
+
+@dataclass
+class RuleStore:
+    """The rule set in use. Requests read `ruleset` once; a reload swaps it in one assignment."""
+
+    paths: list[str]
+    metrics: Metrics
+    ruleset: RuleSet | None = None
+    generation: int = 0
+    errors: list[LoadError] = field(default_factory=list)
+    loaded_at: float = 0.0
+    _fingerprint: Fingerprint = ()
+
+    def _current_fingerprint(self) -> Fingerprint:
+        return fingerprint(rule_files(p for p in self.paths if os.path.exists(p)))
+
+    def load(self) -> bool:
+        """(Re)load synchronously; on failure keep the last good rule set. Runs in a worker thread."""
+        self._fingerprint = self._current_fingerprint()
+        missing = [
+            LoadError(SourceLocation(p, 1, 1), "rules path not found") for p in self.paths if not os.path.exists(p)
+        ]
+        result = load_rules([p for p in self.paths if os.path.exists(p)])
+        if missing or result.ruleset is None:
+            self.errors = missing + result.errors
+            self.metrics.reload_failures.inc()
+            self.metrics.reload_ok.set(0)
+            for error in self.errors:
+                log.error("rule file rejected", extra={"error": str(error), "kept_generation": self.generation})
+            return False
+        self.ruleset = result.ruleset
+        self.generation += 1
+        self.errors = []
+        self.loaded_at = time.time()
+        self.metrics.rules_generation.set(self.generation)
+        self.metrics.rules_loaded.set(len(result.ruleset.rules))
+        self.metrics.reload_ok.set(1)
+        log.info("rules loaded", extra={"generation": self.generation, "rules": len(result.ruleset.rules)})
+        return True
+
+    def changed(self) -> bool:
+        return self._current_fingerprint() != self._fingerprint
+
+
+@dataclass
+class CertificateStore:
+    """The TLS context in use; new handshakes pick up a reloaded certificate, open connections keep theirs."""
+
+    cert_dir: str
+    context: ssl.SSLContext
+    metrics: Metrics
+    not_after: float = 0.0
+    error: str = ""
+    _fingerprint: Fingerprint = ()
+
+    @property
+    def files(self) -> list[str]:
+        return [str(Path(self.cert_dir) / CERT_FILE), str(Path(self.cert_dir) / KEY_FILE)]
+
+    def load(self) -> bool:
+        cert, key = self.files
+        self._fingerprint = fingerprint(self.files)
+        try:
+            # Loading into the live context swaps the pair atomically for later handshakes;
+            # a bad pair raises and leaves the old one in place.
+            self.context.load_cert_chain(cert, key)
+            self.not_after = certificate_not_after(cert).timestamp()
+        except (OSError, ssl.SSLError, ValueError) as error:
+            self.error = f"cannot load {cert} / {key}: {error}"
+            log.error("certificate rejected, keeping the previous one", extra={"error": self.error})
+            return False
+        self.error = ""
+        self.metrics.cert_expiry.set(self.not_after)
+        self.metrics.cert_reloads.inc()
+        log.info("certificate loaded", extra={"not_after": self.not_after})
+        return True
+
+    @property
+    def valid(self) -> bool:
+        return self.not_after > time.time()
+
+    def changed(self) -> bool:
+        return fingerprint(self.files) != self._fingerprint
+
+
+async def watch(rules: RuleStore, certs: CertificateStore | None, interval: float) -> None:
+    """Poll for changes forever; each reload runs in a thread so requests keep flowing."""
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            if rules.changed():
+                await asyncio.to_thread(rules.load)
+            if certs is not None and certs.changed():
+                # files of a pair are replaced one by one: give the writer a moment to finish
+                await asyncio.sleep(min(interval, 0.2))
+                await asyncio.to_thread(certs.load)
+        except Exception:  # the watcher must outlive any surprise; the next tick tries again
+            log.exception("reload check failed")

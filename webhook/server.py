@@ -1,0 +1,284 @@
+"""The HTTPS door: aiohttp carries AdmissionReviews to the engine and answers.
+
+POST /mutate and /validate speak AdmissionReview v1; GET /healthz, /readyz and
+/metrics serve operators. All per-request work is parse -> evaluate -> serialise,
+with no I/O: rules, certificates and namespace context are refreshed in the
+background and read here as plain references.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+from aiohttp import web
+
+from webhook.admission import ReviewError, build_response, error_response, parse_review
+from webhook.certs import CERT_FILE, KEY_FILE
+from webhook.engine import Mode, Phase, evaluate
+from webhook.metrics import Metrics
+from webhook.reload import CertificateStore, RuleStore, watch
+
+log = logging.getLogger("gpu_webhook.server")
+MAX_BODY = 3 * 1024 * 1024  # the apiserver's own limit on a request body
+# TLS 1.2 suites with forward secrecy and AEAD only; TLS 1.3 suites are all modern already.
+CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
+
+
+class NamespaceSource(Protocol):
+    """Anything that answers `get(name)` from memory: the namespace watch cache in a cluster."""
+
+    def get(self, name: str) -> dict[str, Any] | None: ...
+
+
+@dataclass
+class ServerConfig:
+    rules: list[str]
+    cert_dir: str
+    host: str = "127.0.0.1"
+    port: int = 8443
+    mode: Mode = Mode.ENFORCE
+    reload_interval: float = 1.0
+    body_timeout: float = 10.0  # a client that trickles its body is cut off after this
+    shutdown_timeout: float = 25.0  # in-flight requests get this long to finish on SIGTERM
+    drain_delay: float = 0.0  # after SIGTERM, keep serving while endpoints are removed
+    client_ca: str | None = None  # require client certificates signed by this CA (the apiserver's)
+    metrics_host: str | None = None  # serve /metrics and health on plain HTTP here as well
+    metrics_port: int | None = None
+    reuse_port: bool = False
+
+
+@dataclass
+class ServerState:
+    config: ServerConfig
+    rules: RuleStore
+    certs: CertificateStore | None
+    metrics: Metrics
+    namespaces: NamespaceSource | None = None
+    stopping: bool = False
+    background: list[asyncio.Task[Any]] = field(default_factory=list)
+
+
+STATE = web.AppKey("state", ServerState)
+
+
+def tls_context(cert_dir: str, client_ca: str | None = None) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.set_ciphers(CIPHERS)
+    context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE
+    context.load_cert_chain(Path(cert_dir) / CERT_FILE, Path(cert_dir) / KEY_FILE)
+    if client_ca:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(client_ca)
+    return context
+
+
+def _admission_handler(phase: Phase, endpoint: str) -> Callable[[web.Request], Any]:
+    include_patch = phase == Phase.MUTATE
+
+    async def handle(request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        state = request.app[STATE]
+        try:
+            body = await asyncio.wait_for(request.read(), state.config.body_timeout)
+        except web.HTTPRequestEntityTooLarge:
+            state.metrics.rejected.labels("413").inc()
+            return _problem(413, f"request body exceeds {MAX_BODY} bytes")
+        except TimeoutError:
+            state.metrics.rejected.labels("408").inc()
+            return _problem(408, f"request body not received within {state.config.body_timeout:g}s")
+        try:
+            review = parse_review(body)
+        except ReviewError as error:
+            state.metrics.rejected.labels("400").inc()
+            log.info("malformed AdmissionReview", extra={"error": str(error), "endpoint": endpoint})
+            return _problem(400, f"malformed AdmissionReview: {error}")
+        ruleset = state.rules.ruleset
+        if ruleset is None:
+            state.metrics.rejected.labels("503").inc()
+            return _problem(503, "no rule set loaded yet")
+        namespace_object = (
+            state.namespaces.get(review.namespace) if state.namespaces is not None and review.namespace else None
+        )
+        try:
+            decision = evaluate(
+                ruleset,
+                review.to_input(namespace_object),
+                phase=phase,
+                mode=state.config.mode,
+                trace=log.isEnabledFor(logging.DEBUG),
+            )
+            answer = build_response(review.uid, decision, include_patch)
+        except Exception:  # a bug must refuse this one request, loudly, and keep the server up
+            log.exception("evaluation failed", extra={"uid": review.uid, "kind": review.kind})
+            answer = error_response(review.uid, 500, "gpu-webhook could not evaluate this request (see its logs)")
+            outcome = "error"
+        else:
+            outcome = (
+                "denied" if not decision.allowed else ("patched" if include_patch and decision.patch else "allowed")
+            )
+            state.metrics.observe_rules(decision)
+            _log_decision(review, decision, outcome, endpoint)
+        state.metrics.observe(endpoint, review.operation, review.kind, outcome, time.perf_counter() - started)
+        return web.Response(body=answer, content_type="application/json")
+
+    return handle
+
+
+def _log_decision(review: Any, decision: Any, outcome: str, endpoint: str) -> None:
+    level = logging.INFO if outcome == "denied" else logging.DEBUG
+    if not log.isEnabledFor(level):
+        return
+    extra: dict[str, Any] = {
+        "uid": review.uid,
+        "endpoint": endpoint,
+        "operation": review.operation,
+        "kind": review.kind,
+        "namespace": review.namespace,
+        "name": ((review.object or review.old_object or {}).get("metadata") or {}).get("name"),
+        "user": (review.request.get("userInfo") or {}).get("username"),
+        "dryRun": review.dry_run,
+        "decision": outcome,
+        "violations": [f"{v.rule}: {v.message}" for v in decision.violations],
+        "warnings": [f"{v.rule}: {v.message}" for v in decision.warnings],
+        "audits": [f"{v.rule}: {v.message}" for v in decision.audits],
+        "patch": decision.patch,
+    }
+    if decision.trace:
+        extra["trace"] = [
+            {"rule": t.rule, "target": t.target, "result": t.result, "reason": t.reason} for t in decision.trace
+        ]
+    log.log(level, "admission decision", extra=extra)
+
+
+def _problem(status: int, message: str) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps({"error": message}), content_type="application/json")
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+def readiness(state: ServerState) -> tuple[bool, dict[str, Any]]:
+    rules = state.rules
+    detail: dict[str, Any] = {
+        "rules": {
+            "loaded": rules.ruleset is not None,
+            "generation": rules.generation,
+            "count": len(rules.ruleset.rules) if rules.ruleset else 0,
+            "lastReloadErrors": [str(e) for e in rules.errors],
+        },
+        "stopping": state.stopping,
+    }
+    ready = rules.ruleset is not None and not state.stopping
+    if state.certs is not None:
+        detail["certificate"] = {
+            "notAfter": state.certs.not_after,
+            "valid": state.certs.valid,
+            "error": state.certs.error,
+        }
+        ready = ready and state.certs.valid
+    detail["ready"] = ready
+    return ready, detail
+
+
+async def readyz(request: web.Request) -> web.Response:
+    ready, detail = readiness(request.app[STATE])
+    return web.Response(
+        status=200 if ready else 503,
+        body=orjson.dumps(detail, option=orjson.OPT_INDENT_2),
+        content_type="application/json",
+    )
+
+
+async def metrics(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    return web.Response(body=state.metrics.render(), headers={"Content-Type": state.metrics.content_type})
+
+
+def build_app(state: ServerState, admission: bool = True) -> web.Application:
+    app = web.Application(client_max_size=MAX_BODY)
+    app[STATE] = state
+    if admission:
+        app.router.add_post("/mutate", _admission_handler(Phase.MUTATE, "mutate"))
+        app.router.add_post("/validate", _admission_handler(Phase.VALIDATE, "validate"))
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+class Server:
+    """Owns the sites and background tasks of one process; start() then stop() (or run())."""
+
+    def __init__(self, config: ServerConfig, namespaces: NamespaceSource | None = None) -> None:
+        self.config = config
+        self.metrics = Metrics()
+        rules = RuleStore(paths=list(config.rules), metrics=self.metrics)
+        if not rules.load():
+            raise ValueError("\n".join(str(e) for e in rules.errors))
+        context = tls_context(config.cert_dir, config.client_ca)
+        certs = CertificateStore(cert_dir=config.cert_dir, context=context, metrics=self.metrics)
+        certs.load()
+        self.state = ServerState(config=config, rules=rules, certs=certs, metrics=self.metrics, namespaces=namespaces)
+        self._runners: list[web.AppRunner] = []
+        self.port = config.port
+
+    async def start(self) -> None:
+        config = self.config
+        runner = web.AppRunner(
+            build_app(self.state), access_log=None, handle_signals=False, shutdown_timeout=config.shutdown_timeout
+        )
+        await runner.setup()
+        assert self.state.certs is not None
+        site = web.TCPSite(
+            runner, config.host, config.port, ssl_context=self.state.certs.context, reuse_port=config.reuse_port or None
+        )
+        await site.start()
+        self._runners.append(runner)
+        self.port = runner.addresses[0][1]
+        if config.metrics_port is not None:
+            plain = web.AppRunner(build_app(self.state, admission=False), access_log=None, handle_signals=False)
+            await plain.setup()
+            await web.TCPSite(plain, config.metrics_host or "127.0.0.1", config.metrics_port).start()
+            self._runners.append(plain)
+        self.state.background.append(
+            asyncio.create_task(watch(self.state.rules, self.state.certs, config.reload_interval))
+        )
+        log.info(
+            "serving",
+            extra={"address": f"https://{config.host}:{self.port}", "mode": str(config.mode), "rules": config.rules},
+        )
+
+    async def stop(self) -> None:
+        """Stop accepting, let in-flight requests finish (up to shutdown_timeout), then close."""
+        self.state.stopping = True
+        if self.config.drain_delay:
+            await asyncio.sleep(self.config.drain_delay)
+        for task in self.state.background:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for runner in self._runners:
+            await runner.cleanup()
+        log.info("stopped")
+
+    async def run(self) -> None:
+        await self.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        log.info("signal received, draining")
+        await self.stop()
