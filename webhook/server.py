@@ -65,6 +65,8 @@ class ServerState:
     metrics: Metrics
     namespaces: NamespaceSource | None = None
     stopping: bool = False
+    in_flight: int = 0
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
     background: list[asyncio.Task[Any]] = field(default_factory=list)
 
 
@@ -87,8 +89,21 @@ def _admission_handler(phase: Phase, endpoint: str) -> Callable[[web.Request], A
     include_patch = phase == Phase.MUTATE
 
     async def handle(request: web.Request) -> web.Response:
-        started = time.perf_counter()
         state = request.app[STATE]
+        state.in_flight += 1
+        state.idle.clear()
+        try:
+            response = await admit(request, state)
+        finally:
+            state.in_flight -= 1
+            if state.in_flight == 0:
+                state.idle.set()
+        if state.stopping:
+            response.force_close()  # while draining, no connection is kept for a next request
+        return response
+
+    async def admit(request: web.Request, state: ServerState) -> web.Response:
+        started = time.perf_counter()
         try:
             body = await asyncio.wait_for(request.read(), state.config.body_timeout)
         except web.HTTPRequestEntityTooLarge:
@@ -261,17 +276,28 @@ class Server:
         )
 
     async def stop(self) -> None:
-        """Stop accepting, let in-flight requests finish (up to shutdown_timeout), then close."""
-        self.state.stopping = True
+        """Drain: report not ready, stop accepting, finish in-flight requests (up to shutdown_timeout), close.
+
+        aiohttp's own shutdown cancels a handler still receiving its body, so the wait
+        for in-flight requests happens here, before its cleanup runs.
+        """
+        state = self.state
+        state.stopping = True
         if self.config.drain_delay:
-            await asyncio.sleep(self.config.drain_delay)
-        for task in self.state.background:
+            await asyncio.sleep(self.config.drain_delay)  # endpoints still point here for a moment
+        for runner in self._runners:
+            for site in list(runner.sites):
+                await site.stop()  # no new connections; open ones keep being served
+        if state.in_flight:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(state.idle.wait(), self.config.shutdown_timeout)
+        for task in state.background:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         for runner in self._runners:
             await runner.cleanup()
-        log.info("stopped")
+        log.info("stopped", extra={"unfinished": state.in_flight})
 
     async def run(self) -> None:
         await self.start()

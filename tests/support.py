@@ -1,0 +1,117 @@
+"""Helpers for tests: AdmissionReviews shaped like the apiserver's, sample pods, a TLS client."""
+
+from __future__ import annotations
+
+import ssl
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from webhook.certs import CA_FILE
+from webhook.server import Server, ServerConfig
+
+REPO = Path(__file__).resolve().parents[1]
+RULES = REPO / "rules"
+EXAMPLES = REPO / "examples"
+
+
+def client_ssl(cert_dir: Path) -> ssl.SSLContext:
+    """A client that trusts only the test CA and checks the host name, as the apiserver does."""
+    context = ssl.create_default_context(cafile=str(cert_dir / CA_FILE))
+    context.check_hostname = True
+    return context
+
+
+class LiveServer:
+    def __init__(self, server: Server, session: aiohttp.ClientSession) -> None:
+        self.server = server
+        self.session = session
+        self.base = f"https://localhost:{server.port}"
+
+    async def review(self, endpoint: str, review: dict[str, Any]) -> dict[str, Any]:
+        async with self.session.post(f"{self.base}/{endpoint}", json=review) as response:
+            assert response.status == 200, await response.text()
+            return await response.json()
+
+    async def post_raw(self, endpoint: str, body: bytes, **kwargs: Any) -> tuple[int, str]:
+        async with self.session.post(f"{self.base}/{endpoint}", data=body, **kwargs) as response:
+            return response.status, await response.text()
+
+    async def get(self, path: str) -> tuple[int, str]:
+        async with self.session.get(f"{self.base}{path}") as response:
+            return response.status, await response.text()
+
+
+async def start_server(cert_dir: Path, rules_dir: Path, **overrides: Any) -> Server:
+    config = ServerConfig(
+        rules=[str(rules_dir)], cert_dir=str(cert_dir), port=0, reload_interval=0.05, shutdown_timeout=5, **overrides
+    )
+    server = Server(config)
+    await server.start()
+    return server
+
+
+def make_review(
+    obj: dict[str, Any] | None,
+    operation: str = "CREATE",
+    old: dict[str, Any] | None = None,
+    namespace: str | None = None,
+    dry_run: bool = False,
+    username: str = "alice@example.com",
+) -> dict[str, Any]:
+    """An AdmissionReview shaped like the apiserver's (fields as kube-apiserver 1.3x sends them)."""
+    subject = obj if obj is not None else old
+    assert subject is not None
+    api_version = subject.get("apiVersion", "v1")
+    group, _, version = api_version.rpartition("/")
+    kind = subject["kind"]
+    resource = kind.lower() + "s"
+    namespace = namespace or subject.get("metadata", {}).get("namespace", "default")
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": resource},
+            "requestKind": {"group": group, "version": version, "kind": kind},
+            "requestResource": {"group": group, "version": version, "resource": resource},
+            "name": subject.get("metadata", {}).get("name", ""),
+            "namespace": namespace,
+            "operation": operation,
+            "userInfo": {"username": username, "uid": "1234", "groups": ["system:authenticated", "team-a"]},
+            "object": obj,
+            "oldObject": old,
+            "dryRun": dry_run,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": f"{operation.capitalize()}Options"},
+        },
+    }
+
+
+def gpu_pod(name: str = "train", gpus: int = 1, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "team-a"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "trainer",
+                    "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"nvidia.com/gpu": str(gpus)}},
+                }
+            ],
+            **spec,
+        },
+    }
+
+
+def cpu_pod(name: str = "web", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "team-a"},
+        "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}], **spec},
+    }
