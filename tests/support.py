@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import ssl
 import uuid
 from pathlib import Path
@@ -45,6 +46,8 @@ class LiveServer:
 
 
 async def start_server(cert_dir: Path, rules_dir: Path, **overrides: Any) -> Server:
+    # debug level exercises every logging path (decision logs with traces) in every server test
+    logging.getLogger("gpu_webhook").setLevel(logging.DEBUG)
     config = ServerConfig(
         rules=[str(rules_dir)], cert_dir=str(cert_dir), port=0, reload_interval=0.05, shutdown_timeout=5, **overrides
     )

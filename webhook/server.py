@@ -142,8 +142,11 @@ def _admission_handler(phase: Phase, endpoint: str) -> Callable[[web.Request], A
             outcome = (
                 "denied" if not decision.allowed else ("patched" if include_patch and decision.patch else "allowed")
             )
-            state.metrics.observe_rules(decision)
-            _log_decision(review, decision, outcome, endpoint)
+            try:
+                state.metrics.observe_rules(decision)
+                _log_decision(review, decision, outcome, endpoint)
+            except Exception:  # bookkeeping must never turn an answer into an error
+                log.exception("recording the decision failed", extra={"uid": review.uid})
         state.metrics.observe(endpoint, review.operation, review.kind, outcome, time.perf_counter() - started)
         return web.Response(body=answer, content_type="application/json")
 
@@ -160,7 +163,7 @@ def _log_decision(review: Any, decision: Any, outcome: str, endpoint: str) -> No
         "operation": review.operation,
         "kind": review.kind,
         "namespace": review.namespace,
-        "name": ((review.object or review.old_object or {}).get("metadata") or {}).get("name"),
+        "object_name": ((review.object or review.old_object or {}).get("metadata") or {}).get("name"),
         "user": (review.request.get("userInfo") or {}).get("username"),
         "dryRun": review.dry_run,
         "decision": outcome,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 
 from tests.support import LiveServer, cpu_pod, gpu_pod, make_review
 from webhook.engine import AdmissionInput, Phase, evaluate, load_rules
+from webhook.logs import JsonFormatter
 
 QUEUE_RULE = """
 apiVersion: gpu-webhook.io/v1alpha1
@@ -194,3 +196,22 @@ async def test_health_readiness_and_metrics(live_server: LiveServer) -> None:
     )
     assert "gpu_webhook_certificate_expiry_timestamp_seconds" in text
     assert "gpu_webhook_rules_generation 1.0" in text
+
+
+async def test_denial_is_logged_once_as_structured_info(
+    live_server: LiveServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    pod = gpu_pod()
+    pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "3"
+    with caplog.at_level(logging.DEBUG, logger="gpu_webhook"):
+        await live_server.review("validate", make_review(pod, username="bob@example.com"))
+    decisions = [r for r in caplog.records if r.getMessage() == "admission decision"]
+    assert len(decisions) == 1
+    record = decisions[0]
+    assert record.levelno == logging.INFO
+    assert record.decision == "denied" and record.user == "bob@example.com" and record.object_name == "train"
+    assert record.violations[0].startswith("gpu-requests-equal-limits: pod train")
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    # the line is valid JSON as the JSON formatter writes it
+    line = json.loads(JsonFormatter().format(record))
+    assert line["level"] == "info" and line["decision"] == "denied"
