@@ -115,7 +115,7 @@ class CelEnvironment:
         except RuntimeError as error:
             message = str(error)
             found = _POSITION.search(message)
-            line, column = (int(found.group(1)), int(found.group(2)) + 1) if found else (1, 1)
+            line, column = (int(found.group(1)), int(found.group(2))) if found else (1, 1)
             raise CelCompileError(_clean(message), line, column) from None
         references = frozenset(name for name in (*VARIABLES, _TARGET_GPUS) if re.search(rf"\b{name}\b", source))
         return CompiledExpression(text=text, program=program, references=references)

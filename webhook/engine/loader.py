@@ -208,11 +208,10 @@ def _compile_rule(document: Document, env: CelEnvironment, errors: list[LoadErro
         try:
             return env.compile(node)
         except CelCompileError as error:
-            line, column = document.position(path)
-            # a plain scalar starts on its own line; block scalars (| or >) start one line below
-            offset_line = line + error.line - 1 if error.line > 1 else line
-            where = SourceLocation(document.file, offset_line, column + error.column - 1 if error.line == 1 else 1)
-            errors.append(LoadError(where, f"{_dotted(path)}: CEL: {error}", name))
+            line, column = document.text_position(path, error.line, error.column)
+            errors.append(
+                LoadError(SourceLocation(document.file, line, column), f"{_dotted(path)}: CEL: {error}", name)
+            )
             return None
 
     match_spec = spec["match"]

@@ -27,6 +27,24 @@ class Document:
     values: dict[Path, tuple[int, int]] = field(default_factory=dict)  # path -> (line, column), 1-based
     keys: dict[Path, tuple[int, int]] = field(default_factory=dict)  # path of a map entry -> its key's position
     duplicate_keys: list[tuple[Path, tuple[int, int]]] = field(default_factory=list)
+    styles: dict[Path, str | None] = field(default_factory=dict)  # scalar style: None (plain), ' " | >
+    lines: list[str] = field(default_factory=list)  # the file's text, to locate inside block scalars
+
+    def text_position(self, path: Path, line: int, column: int) -> tuple[int, int]:
+        """Where (line, column) inside the scalar at `path` (1-based, as CEL reports) is in the file."""
+        start_line, start_column = self.position(path)
+        style = self.styles.get(tuple(path))
+        if style in ("|", ">"):
+            # block content starts on the next line; a folded (>) block's lines are joined, so only
+            # the literal style maps line for line
+            content_line = start_line + (line if style == "|" else 1)
+            source = self.lines[content_line - 1] if content_line <= len(self.lines) else ""
+            indent = len(source) - len(source.lstrip(" "))
+            return content_line, indent + (column if style == "|" else 1)
+        offset = 1 if style in ("'", '"') else 0
+        if line == 1:
+            return start_line, start_column + offset + column - 1
+        return start_line + line - 1, column
 
     def position(self, path: Path, key: bool = False) -> tuple[int, int]:
         """The closest known position for a path: the key itself when asked, else the value."""
@@ -51,13 +69,14 @@ class YamlError(ValueError):
 def load_documents(text: str, file: str) -> list[Document]:
     """All documents of a YAML stream, with positions; raises YamlError on a syntax error."""
     loader = _Loader(text)
+    lines = text.splitlines()
     documents: list[Document] = []
     try:
         while loader.check_node():
             node = loader.get_node()
             if node is None:
                 continue
-            document = Document(data=None, file=file, index=len(documents))
+            document = Document(data=None, file=file, index=len(documents), lines=lines)
             document.data = _build(loader, node, (), document, {})
             documents.append(document)
     except yaml.MarkedYAMLError as error:
@@ -77,6 +96,9 @@ def _build(loader: Any, node: yaml.Node, path: Path, document: Document, built: 
     if id(node) in built:
         return built[id(node)]
     document.values[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+    if not isinstance(node, yaml.ScalarNode) and node.tag not in _COLLECTION_TAGS:
+        # the safe constructor refuses unknown tags on scalars; refuse them on collections too
+        raise YamlError(f"unsupported tag {node.tag}", node.start_mark.line + 1, node.start_mark.column + 1)
     if isinstance(node, yaml.MappingNode):
         loader.flatten_mapping(node)  # resolves `<<` merge keys the way the safe loader does
         result: dict[Any, Any] = {}
@@ -97,4 +119,8 @@ def _build(loader: Any, node: yaml.Node, path: Path, document: Document, built: 
         built[id(node)] = items
         items.extend(_build(loader, item, (*path, index), document, built) for index, item in enumerate(node.value))
         return items
+    document.styles[path] = node.style
     return loader.construct_object(node, deep=True)
+
+
+_COLLECTION_TAGS = frozenset({"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"})
