@@ -112,6 +112,29 @@ def test_missing_namespace_context_follows_on_missing_context(tmp_path: Path) ->
     assert reasons["needs-ns-allow"] == "namespace context missing (onMissingContext: Allow)"
 
 
+def test_missing_context_refuses_once_for_a_rule_that_mutates_and_validates(tmp_path: Path) -> None:
+    rules = ruleset(
+        tmp_path,
+        """
+        metadata: {name: both}
+        spec:
+          onMissingContext: Deny
+          match: {kinds: [Pod], namespaceSelector: {matchLabels: {tenant: 'true'}}}
+          mutate: [{setLabels: {values: {a: b}}}]
+          validate: {expression: 'true'}
+        """,
+    )
+    decision = evaluate(rules, AdmissionInput(object=cpu_pod(), namespace="team-a"))
+    assert len(decision.violations) == 1 and decision.patch == []
+
+
+def test_offline_request_variable_matches_what_the_apiserver_sends(tmp_path: Path) -> None:
+    rules = ruleset(
+        tmp_path, deny("req", "request.operation == 'CREATE' && request.kind.kind == 'Pod' && request.namespace == 'a'")
+    )
+    assert evaluate(rules, AdmissionInput(object=cpu_pod(), namespace="a")).allowed
+
+
 def test_object_selector_matches_new_or_old_object(tmp_path: Path) -> None:
     rules = ruleset(
         tmp_path,

@@ -38,6 +38,24 @@ class AdmissionInput:
     kind: str | None = None
     sub_resource: str = ""
 
+    def __post_init__(self) -> None:
+        if not self.request:
+            # offline doors (audit, test, explain) have no AdmissionRequest: give rules the same
+            # fields the apiserver would, so `request.operation` and friends behave the same
+            subject = self.subject or {}
+            api_version = str(subject.get("apiVersion", ""))
+            group, _, version = api_version.rpartition("/")
+            metadata = subject.get("metadata") if isinstance(subject.get("metadata"), dict) else {}
+            self.request = {
+                "uid": "",
+                "kind": {"group": group, "version": version, "kind": self.kind or subject.get("kind", "")},
+                "name": metadata.get("name", ""),
+                "namespace": self.namespace or "",
+                "operation": self.operation,
+                "userInfo": {},
+                "dryRun": False,
+            }
+
     @property
     def subject(self) -> dict[str, Any] | None:
         """The object rules look at: the new one, or on DELETE the old one."""
@@ -94,6 +112,7 @@ class _Run:
         self.patcher: Patcher | None = None
         self._templates: list[Target] | None = None
         self._object_target: Target | None = None
+        self._refused_for_context: set[tuple[str, str]] = set()
 
     # -- targets ---------------------------------------------------------------------------------
     def targets(self, rule: Rule) -> list[Target]:
@@ -179,8 +198,11 @@ class _Run:
             return f"namespace {namespace!r} is in namespaces.exclude"
         if rule.needs_namespace and admission.namespace_object is None and namespace:
             if rule.on_missing_context == "Deny":
-                message = f"namespace {namespace!r} is not known yet (onMissingContext: Deny); retry shortly"
-                self._record(rule, target, message)
+                key = (rule.name, target.description)
+                if key not in self._refused_for_context:  # a rule that mutates and validates refuses once
+                    self._refused_for_context.add(key)
+                    message = f"namespace {namespace!r} is not known yet (onMissingContext: Deny); retry shortly"
+                    self._record(rule, target, message)
                 return "namespace context missing (denied)"
             return "namespace context missing (onMissingContext: Allow)"
         if match.namespace_selector is not None:
