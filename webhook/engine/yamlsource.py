@@ -27,6 +27,49 @@ class Document:
     values: dict[Path, tuple[int, int]] = field(default_factory=dict)  # path -> (line, column), 1-based
     keys: dict[Path, tuple[int, int]] = field(default_factory=dict)  # path of a map entry -> its key's position
     duplicate_keys: list[tuple[Path, tuple[int, int]]] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)  # the file's text, shared by its documents
+
+    def text_position(self, path: Path, offset: int) -> tuple[int, int]:
+        """Where character `offset` of the string value at `path` sits in the file.
+
+        CEL reports positions inside the expression text; authors need them in the file.
+        Block scalars (| and >) and multi-line plain or quoted scalars join their lines
+        with one character (a newline or a folding space), so walking the lines with
+        that one-character separator maps an offset back to a line and column.
+        """
+        line, column = self.position(path)
+        if not 0 < line <= len(self.lines):
+            return line, column
+        first = self.lines[line - 1]
+        indicator = first[column - 1 : column]
+        segments: list[tuple[int, int, int]] = []  # (line, column of its first character, length)
+        if indicator in ("|", ">"):
+            indent = None
+            for number in range(line + 1, len(self.lines) + 1):
+                text = self.lines[number - 1]
+                stripped = text.lstrip(" ")
+                if not stripped.strip():
+                    segments.append((number, 1, 0))
+                    continue
+                here = len(text) - len(stripped)
+                if indent is None:
+                    indent = here
+                if here < indent:
+                    break
+                segments.append((number, indent + 1, len(text) - indent))
+        else:
+            start = column + (1 if indicator in ("'", '"') else 0)
+            segments.append((line, start, len(first) - start + 1))
+            for number in range(line + 1, len(self.lines) + 1):
+                text = self.lines[number - 1]
+                stripped = text.lstrip(" ")
+                segments.append((number, len(text) - len(stripped) + 1, len(stripped)))
+        remaining = offset
+        for number, start, length in segments:
+            if remaining <= length:
+                return number, start + remaining
+            remaining -= length + 1
+        return line, column
 
     def position(self, path: Path, key: bool = False) -> tuple[int, int]:
         """The closest known position for a path: the key itself when asked, else the value."""
@@ -52,12 +95,13 @@ def load_documents(text: str, file: str) -> list[Document]:
     """All documents of a YAML stream, with positions; raises YamlError on a syntax error."""
     loader = _Loader(text)
     documents: list[Document] = []
+    lines = text.splitlines()
     try:
         while loader.check_node():
             node = loader.get_node()
             if node is None:
                 continue
-            document = Document(data=None, file=file, index=len(documents))
+            document = Document(data=None, file=file, index=len(documents), lines=lines)
             document.data = _build(loader, node, (), document, {})
             documents.append(document)
     except yaml.MarkedYAMLError as error:
