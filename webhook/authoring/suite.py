@@ -131,7 +131,7 @@ def _display(file: str) -> str:
     return file if relative.startswith("..") else relative
 
 
-def admission(case: Mapping[str, Any], base: Path) -> AdmissionInput:
+def admission(case: Mapping[str, Any], base: Path | str) -> AdmissionInput:
     """The case as the engine's input, with the CEL `request` filled as an AdmissionRequest would be."""
     obj = _resource(case, "object", base)
     old = _resource(case, "oldObject", base)
@@ -166,7 +166,7 @@ def _resource(case: Mapping[str, Any], key: str, base: Path) -> dict[str, Any] |
     file = case.get(f"{key}File")
     if not file:
         return None
-    (document, *_) = [d for d in yaml.safe_load_all((base / file).read_text(encoding="utf-8")) if d] or [None]
+    (document, *_) = [d for d in yaml.safe_load_all((Path(base) / file).read_text(encoding="utf-8")) if d] or [None]
     if not isinstance(document, dict):
         raise ValueError(f"{key}File {file}: not a YAML object")
     return document
