@@ -62,7 +62,8 @@ def _lines(ruleset: RuleSet, admission: AdmissionInput, decision: Decision, styl
     yield from _decision_lines(decision, style)
     if decision.patch:
         yield ""
-        yield style(f"Patch ({len(decision.patch)} operations)", "bold")
+        count = len(decision.patch)
+        yield style(f"Patch ({count} operation{'s' if count != 1 else ''})", "bold")
         for entry in decision.trace:
             for operation in entry.patch:
                 yield f"  [{entry.rule}] {_operation(operation)}"
@@ -123,7 +124,8 @@ def _decision_lines(decision: Decision, style: Style) -> Iterator[str]:
     if decision.allowed:
         yield style("Decision: allowed", "green", "bold")
     else:
-        yield style(f"Decision: DENIED ({len(decision.violations)} violations)", "red", "bold")
+        count = len(decision.violations)
+        yield style(f"Decision: DENIED ({count} violation{'s' if count != 1 else ''})", "red", "bold")
     for label, bucket, color in (
         ("deny", decision.violations, "red"),
         ("warning", decision.warnings, "yellow"),
