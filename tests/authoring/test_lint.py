@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 from conftest import RULES
 
 
@@ -255,12 +252,14 @@ def test_every_error_of_every_file_in_one_run(cli, write, tmp_path):
     assert [line.split(": ", 1)[0].rsplit("/", 1)[1] for line in lines] == ["a.yaml:4:63", "b.yaml:4:41", "c.yaml:2:1"]
 
 
-def test_console_script_exit_codes(tmp_path):
+def test_exit_codes(cli, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: x}\nspec: {}\n")
-    script = [sys.executable, "-m", "webhook.cli"]
-    assert subprocess.run([*script, "lint", str(RULES)], capture_output=True).returncode == 0
-    failed = subprocess.run([*script, "lint", str(bad)], capture_output=True, text=True)
-    assert failed.returncode == 1
-    assert f"{bad}:4:7: rule x: spec: 'match' is a required field" in failed.stdout
-    assert subprocess.run([*script, "lint", str(tmp_path / "missing")], capture_output=True).returncode == 2
+    code, out, err = cli("lint", str(bad))
+    assert (code, err) == (1, "2 errors\n")
+    assert out.splitlines() == [
+        f"{bad}:4:7: rule x: spec: 'match' is a required field",
+        f"{bad}:4:7: rule x: spec: a rule needs `validate`, `mutate` or both",
+    ]
+    code, _, err = cli("lint", str(tmp_path / "missing"))
+    assert code == 2 and "rules path not found" in err

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ElementTree
+from pathlib import Path
 
 from conftest import RULES
 
@@ -137,6 +138,7 @@ def test_subset_and_projection():
 
 
 def test_console_script(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "webhook.cli", "test", str(RULES)], capture_output=True, text=True)
+    script = Path(sys.executable).with_name("gpu-webhook")  # installed by `pip install -e .`
+    done = subprocess.run([str(script), "test", str(RULES)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[-1] == "31 passed, 0 failed"
