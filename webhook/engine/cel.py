@@ -54,6 +54,11 @@ class CompiledExpression:
     program: Any
     references: frozenset[str]
 
+    @property
+    def result_type(self) -> str:
+        """The checker's type of the result: BOOL, STRING, LIST<STRING>, DYN, ..."""
+        return str(self.program.return_type())
+
     def evaluate(self, activation: Any) -> Any:
         result = self.program.eval(activation)
         if result.type() == cel.Type.ERROR:
@@ -115,8 +120,11 @@ class CelEnvironment:
         except RuntimeError as error:
             message = str(error)
             found = _POSITION.search(message)
+            # the runtime's columns are 1-based already; map them back through the gpuCount rewrite
             line, column = (int(found.group(1)), int(found.group(2))) if found else (1, 1)
-            raise CelCompileError(_clean(message), line, column) from None
+            offset = _original_offset(text, _offset(source, line, column))
+            line, column = _line_column(text, offset)
+            raise CelCompileError(_clean(message, text, line, column), line, column) from None
         references = frozenset(name for name in (*VARIABLES, _TARGET_GPUS) if re.search(rf"\b{name}\b", source))
         return CompiledExpression(text=text, program=program, references=references)
 
@@ -143,8 +151,42 @@ def _is_quantity(text: str) -> bool:
     return True
 
 
-def _clean(message: str) -> str:
-    """Drop the runtime's status-code noise; keep the text and the caret diagram."""
+def _clean(message: str, text: str | None = None, line: int = 1, column: int = 1) -> str:
+    """Drop the runtime's status-code noise; keep the text and a caret diagram of the author's text.
+
+    The runtime's own diagram shows the rewritten source (gpuCount(podSpec) replaced), so it is
+    redrawn from the original text.
+    """
     message = re.sub(r"^[A-Z_]+: ", "", message.strip())
     message = re.sub(r"^ERROR: ", "", message)
-    return re.sub(r"\s*\[[A-Z_]+\]$", "", message)
+    message = re.sub(r"\s*\[[A-Z_]+\]$", "", message)
+    if text is None:
+        return message
+    first = _POSITION.sub("", message.split("\n", 1)[0]).strip()
+    source_lines = text.split("\n")
+    shown = source_lines[line - 1] if 0 < line <= len(source_lines) else ""
+    return f"{first}\n | {shown}\n | {'.' * (column - 1)}^"
+
+
+def _offset(text: str, line: int, column: int) -> int:
+    """0-based offset of a 1-based (line, column) in text."""
+    lines = text.split("\n")
+    return sum(len(lines[i]) + 1 for i in range(min(line - 1, len(lines)))) + column - 1
+
+
+def _line_column(text: str, offset: int) -> tuple[int, int]:
+    before = text[:offset]
+    return before.count("\n") + 1, offset - (before.rfind("\n") + 1) + 1
+
+
+def _original_offset(text: str, offset: int) -> int:
+    """An offset in the rewritten source -> the same place in the author's text."""
+    shift = 0
+    for found in _GPU_COUNT_OF_TARGET.finditer(text):
+        rewritten_start = found.start() - shift
+        if rewritten_start >= offset:
+            break
+        if offset < rewritten_start + len(_TARGET_GPUS):
+            return found.start()
+        shift += len(found.group(0)) - len(_TARGET_GPUS)
+    return offset + shift

@@ -25,6 +25,13 @@ from .schema import API_VERSION, CONFIG_KIND, CONFIG_SCHEMA, POLICY_KIND, POLICY
 from .yamlsource import Document, YamlError, load_documents
 
 RULE_SUFFIXES = (".yaml", ".yml")
+# what each kind of expression must give; DYN (unknown until run time) is accepted everywhere
+RESULT_TYPES: dict[str, tuple[str, ...]] = {
+    "condition": ("BOOL", "DYN"),
+    "expression": ("BOOL", "LIST<STRING>", "LIST<DYN>", "DYN"),
+    "messageExpression": ("STRING", "DYN"),
+    "valueExpression": ("STRING", "DYN"),
+}
 _POLICY_VALIDATOR = Draft202012Validator(POLICY_SCHEMA)
 _CONFIG_VALIDATOR = Draft202012Validator(CONFIG_SCHEMA)
 
@@ -206,13 +213,24 @@ def _compile_rule(document: Document, env: CelEnvironment, errors: list[LoadErro
             if node is None:
                 return None
         try:
-            return env.compile(node)
+            compiled = env.compile(node)
         except CelCompileError as error:
-            line, column = document.text_position(path, error.line, error.column)
+            where = _text_location(document, path, node, error.line, error.column)
+            errors.append(LoadError(where, f"{_dotted(path)}: CEL: {error}", name))
+            return None
+        expected = RESULT_TYPES[path[-1]]
+        if compiled.result_type not in expected:
+            # e.g. a validate expression that gives an int: every request would end in a rule error
             errors.append(
-                LoadError(SourceLocation(document.file, line, column), f"{_dotted(path)}: CEL: {error}", name)
+                LoadError(
+                    _location(document, path),
+                    f"{_dotted(path)}: CEL type error: the expression gives {compiled.result_type}, "
+                    f"expected {' or '.join(t for t in expected if t != 'DYN')}",
+                    name,
+                )
             )
             return None
+        return compiled
 
     match_spec = spec["match"]
     namespaces = match_spec.get("namespaces") or {}
@@ -254,9 +272,22 @@ def _compile_rule(document: Document, env: CelEnvironment, errors: list[LoadErro
                 )
                 continue
         try:
-            mutations.append(build_mutation({operation_name: args}, env))
+            mutation = build_mutation({operation_name: args}, env)
         except CelCompileError as error:
             errors.append(LoadError(where, f"spec.mutate[{index}]: CEL: {error}", name))
+            continue
+        wrong = [e for e in _mutation_expressions(mutation) if e.result_type not in RESULT_TYPES["valueExpression"]]
+        for compiled in wrong:
+            errors.append(
+                LoadError(
+                    where,
+                    f"spec.mutate[{index}].{operation_name}: CEL type error: {compiled.text!r} gives "
+                    f"{compiled.result_type}, expected STRING",
+                    name,
+                )
+            )
+        if not wrong:
+            mutations.append(mutation)
     if len(errors) > before:
         return None
     compiled = [e for e in (match.condition, validation and validation.expression) if e is not None]
@@ -279,6 +310,14 @@ def _compile_rule(document: Document, env: CelEnvironment, errors: list[LoadErro
         needs_namespace=needs_namespace,
         source=_location(document, ()),
     )
+
+
+def _text_location(document: Document, path: tuple[Any, ...], text: str, line: int, column: int) -> SourceLocation:
+    """A (line, column) inside an expression's text -> the file's line and column."""
+    lines = text.split("\n")
+    offset = sum(len(lines[i]) + 1 for i in range(min(line - 1, len(lines)))) + column - 1
+    file_line, file_column = document.text_position(path, offset)
+    return SourceLocation(document.file, file_line, file_column)
 
 
 def _param_name(operation: Mapping[str, Any]) -> str:

@@ -134,3 +134,94 @@ CONFIG_SCHEMA: dict[str, Any] = {
         },
     },
 }
+
+# Expected outcome of one rule on one test case (`gpu-webhook test`).
+RULE_RESULTS = ["allowed", "denied", "warned", "audited", "mutated", "skipped", "error"]
+_OBJECT_OR_FILE = {"type": ["object", "null"]}
+_EXPECT_RULE = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["rule"],
+    "properties": {
+        "rule": {"type": "string", "description": "The GPUPolicy's metadata.name."},
+        "result": {
+            "enum": RULE_RESULTS,
+            "description": "allowed: matched and let the object through; denied/warned/audited: a violation "
+            "with that action; mutated: the rule changed the object; skipped: no target matched; "
+            "error: the rule could not be evaluated.",
+        },
+        "message": {"type": "string", "description": "A substring of the rule's message."},
+        "messageRegex": {"type": "string", "description": "A regular expression searched in the message."},
+        "patch": {"type": "array", "items": {"type": "object"}, "description": "This rule's exact JSON Patch."},
+    },
+}
+TEST_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "https://gpu-webhook.io/schemas/gpupolicytest.json",
+    "title": TEST_KIND,
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": API_VERSION},
+        "kind": {"const": TEST_KIND},
+        "metadata": _METADATA,
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["cases"],
+            "properties": {
+                "rules": {
+                    "type": "string",
+                    "description": "Rules to test (file or directory), relative to this file. "
+                    "Default: the rules of the directory given to `gpu-webhook test`.",
+                },
+                "cases": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["name"],
+                        "oneOf": [{"required": ["object"]}, {"required": ["objectFile"]}],
+                        "properties": {
+                            "name": {"type": "string"},
+                            "operation": {"enum": ["CREATE", "UPDATE", "DELETE", "CONNECT"], "default": "CREATE"},
+                            "object": _OBJECT_OR_FILE,
+                            "objectFile": {"type": "string", "description": "YAML file, relative to this file."},
+                            "oldObject": _OBJECT_OR_FILE,
+                            "oldObjectFile": {"type": "string"},
+                            "namespace": {"type": "string", "description": "Default: the object's namespace."},
+                            "namespaceObject": _OBJECT_OR_FILE,
+                            "namespaceObjectFile": {"type": "string"},
+                            "userInfo": {
+                                "type": "object",
+                                "description": "request.userInfo: username, uid, groups, extra.",
+                            },
+                            "expect": {
+                                "type": "object",
+                                "additionalProperties": False,
+                                "properties": {
+                                    "allowed": {"type": "boolean", "description": "The whole pack's verdict."},
+                                    "rules": {"type": "array", "items": _EXPECT_RULE},
+                                    "object": {
+                                        "type": "object",
+                                        "description": "The object after every mutation (a subset by default).",
+                                    },
+                                    "objectMatch": {"enum": ["subset", "exact"], "default": "subset"},
+                                    "patch": {
+                                        "type": "array",
+                                        "items": {"type": "object"},
+                                        "description": "The exact JSON Patch of the whole pack.",
+                                    },
+                                },
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+SCHEMAS: dict[str, dict[str, Any]] = {POLICY_KIND: POLICY_SCHEMA, TEST_KIND: TEST_SCHEMA, CONFIG_KIND: CONFIG_SCHEMA}

@@ -27,24 +27,49 @@ class Document:
     values: dict[Path, tuple[int, int]] = field(default_factory=dict)  # path -> (line, column), 1-based
     keys: dict[Path, tuple[int, int]] = field(default_factory=dict)  # path of a map entry -> its key's position
     duplicate_keys: list[tuple[Path, tuple[int, int]]] = field(default_factory=list)
-    styles: dict[Path, str | None] = field(default_factory=dict)  # scalar style: None (plain), ' " | >
-    lines: list[str] = field(default_factory=list)  # the file's text, to locate inside block scalars
+    lines: list[str] = field(default_factory=list)  # the file's text, shared by its documents
 
-    def text_position(self, path: Path, line: int, column: int) -> tuple[int, int]:
-        """Where (line, column) inside the scalar at `path` (1-based, as CEL reports) is in the file."""
-        start_line, start_column = self.position(path)
-        style = self.styles.get(tuple(path))
-        if style in ("|", ">"):
-            # block content starts on the next line; a folded (>) block's lines are joined, so only
-            # the literal style maps line for line
-            content_line = start_line + (line if style == "|" else 1)
-            source = self.lines[content_line - 1] if content_line <= len(self.lines) else ""
-            indent = len(source) - len(source.lstrip(" "))
-            return content_line, indent + (column if style == "|" else 1)
-        offset = 1 if style in ("'", '"') else 0
-        if line == 1:
-            return start_line, start_column + offset + column - 1
-        return start_line + line - 1, column
+    def text_position(self, path: Path, offset: int) -> tuple[int, int]:
+        """Where character `offset` of the string value at `path` sits in the file.
+
+        CEL reports positions inside the expression text; authors need them in the file.
+        Block scalars (| and >) and multi-line plain or quoted scalars join their lines
+        with one character (a newline or a folding space), so walking the lines with
+        that one-character separator maps an offset back to a line and column.
+        """
+        line, column = self.position(path)
+        if not 0 < line <= len(self.lines):
+            return line, column
+        first = self.lines[line - 1]
+        indicator = first[column - 1 : column]
+        segments: list[tuple[int, int, int]] = []  # (line, column of its first character, length)
+        if indicator in ("|", ">"):
+            indent = None
+            for number in range(line + 1, len(self.lines) + 1):
+                text = self.lines[number - 1]
+                stripped = text.lstrip(" ")
+                if not stripped.strip():
+                    segments.append((number, 1, 0))
+                    continue
+                here = len(text) - len(stripped)
+                if indent is None:
+                    indent = here
+                if here < indent:
+                    break
+                segments.append((number, indent + 1, len(text) - indent))
+        else:
+            start = column + (1 if indicator in ("'", '"') else 0)
+            segments.append((line, start, len(first) - start + 1))
+            for number in range(line + 1, len(self.lines) + 1):
+                text = self.lines[number - 1]
+                stripped = text.lstrip(" ")
+                segments.append((number, len(text) - len(stripped) + 1, len(stripped)))
+        remaining = offset
+        for number, start, length in segments:
+            if remaining <= length:
+                return number, start + remaining
+            remaining -= length + 1
+        return line, column
 
     def position(self, path: Path, key: bool = False) -> tuple[int, int]:
         """The closest known position for a path: the key itself when asked, else the value."""
@@ -69,8 +94,8 @@ class YamlError(ValueError):
 def load_documents(text: str, file: str) -> list[Document]:
     """All documents of a YAML stream, with positions; raises YamlError on a syntax error."""
     loader = _Loader(text)
-    lines = text.splitlines()
     documents: list[Document] = []
+    lines = text.splitlines()
     try:
         while loader.check_node():
             node = loader.get_node()
@@ -119,7 +144,6 @@ def _build(loader: Any, node: yaml.Node, path: Path, document: Document, built: 
         built[id(node)] = items
         items.extend(_build(loader, item, (*path, index), document, built) for index, item in enumerate(node.value))
         return items
-    document.styles[path] = node.style
     return loader.construct_object(node, deep=True)
 
 

@@ -1,0 +1,88 @@
+"""`gpu-webhook explain`: every rule is accounted for, with its reason, results and patch operations."""
+
+from __future__ import annotations
+
+import shutil
+
+import yaml
+from conftest import RULES
+
+POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "train", "namespace": "team-a"},
+    "spec": {
+        "containers": [
+            {
+                "name": "main",
+                "image": "cuda:12",
+                "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "2"}},
+            },
+            {"name": "side", "image": "busybox", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]},
+        ]
+    },
+}
+TEAM_LABEL = """
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: team-label}
+spec:
+  match: {kinds: [Pod], operations: [CREATE]}
+  mutate:
+    - setLabels: {valueExpressions: {team: "namespaceObject.metadata.labels.team"}}
+"""
+
+
+def test_two_denials_and_three_patches_are_all_named(cli, tmp_path):
+    rules = tmp_path / "rules"
+    shutil.copytree(RULES, rules)
+    (rules / "team-label.yaml").write_text(TEAM_LABEL)
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(yaml.safe_dump(POD))
+    namespace = tmp_path / "ns.yaml"
+    namespace.write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a, labels: {team: ml}}\n")
+    code, out, _ = cli("explain", "-f", str(pod), "--namespace-object", str(namespace), "--rules", str(rules))
+    assert code == 1
+    assert "\x1b[" not in out  # no colour off a terminal
+    decision = out[out.index("Decision:") :]
+    assert "Decision: DENIED (2 violations)" in decision
+    assert "deny [gpu-requests-equal-limits] pod train: container main requests nvidia.com/gpu 1" in decision
+    assert "deny [no-visible-devices-without-gpu] pod train: container side sets NVIDIA_VISIBLE_DEVICES" in decision
+    patch = out[out.index("Patch (") : out.index("Mutated object")]
+    assert patch.splitlines()[0] == "Patch (3 operations)"
+    assert '  [gpu-node-affinity] add /spec/affinity {"nodeAffinity": ' in patch
+    assert '  [gpu-toleration] add /spec/tolerations [{"key": "nvidia.com/gpu", ' in patch
+    assert '  [team-label] add /metadata/labels {"team": "ml"}' in patch
+    # each rule's own section, with the reason of the one that did not match
+    assert "  cpu-pods-off-gpu-nodes (validate, Deny)" in out
+    assert "    pod train: not matched: requests accelerators (gpu: false)" in out
+    assert "    pod train: matched, DENY: pod train: container main requests" in out
+    assert out.count("    pod train: matched, mutated") == 3
+    diff = out[out.index("Mutated object") :].splitlines()
+    assert diff[1:3] == ["--- train (original)", "+++ train (mutated)"]
+    assert "+    team: ml" in diff and "+  - key: nvidia.com/gpu" in diff
+
+
+def test_update_and_rules_that_leave_the_object_out(cli, tmp_path):
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(yaml.safe_dump({**POD, "spec": {"containers": [{"name": "main", "image": "cuda:12"}]}}))
+    code, out, _ = cli("explain", "-f", str(pod), "--operation", "UPDATE", "--old", str(pod), "--color")
+    assert code == 0
+    assert "\x1b[32;1mDecision: allowed\x1b[0m" in out
+    assert "operation UPDATE is not in match.operations (CREATE)" in out  # gpu-toleration
+    assert "Patch (" not in out
+
+
+def test_update_needs_the_old_object(cli, tmp_path):
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(yaml.safe_dump(POD))
+    code, _, err = cli("explain", "-f", str(pod), "--operation", "UPDATE")
+    assert code == 2 and "--operation UPDATE needs --old FILE" in err
+
+
+def test_kind_outside_the_rules(cli, tmp_path):
+    service = tmp_path / "svc.yaml"
+    service.write_text("apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {}\n")
+    code, out, _ = cli("explain", "-f", str(service), "--no-color")
+    assert code == 0
+    assert out.count("not matched: kind Service is not in match.kinds (Pod)") == 5

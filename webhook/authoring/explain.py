@@ -1,0 +1,163 @@
+"""`gpu-webhook explain`: why each rule did or did not act on one object, from the engine's trace.
+
+For every rule of the pack: whether it matched each target (and if not, which match
+clause failed, or that its kinds or operations leave the object out), its validation
+result, its patch operations; then the decision and the mutated object as a unified
+diff. The object is evaluated with `Phase.ALL`, as the test runner and audit do.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import yaml
+
+from webhook.engine import AdmissionInput, Decision, Phase, Rule, RuleSet, evaluate
+from webhook.engine.ruleset import indexed_kinds
+
+_COLORS = {"red": "31", "green": "32", "yellow": "33", "blue": "34", "cyan": "36", "bold": "1", "dim": "2"}
+_RESULT_STYLE = {
+    "fail": ("red", "FAIL"),
+    "error": ("red", "ERROR"),
+    "pass": ("green", "pass"),
+    "mutated": ("cyan", "mutated"),
+    "skip": ("dim", "skip"),
+}
+_ACTION_STYLE = {"Deny": ("red", "DENY"), "Warn": ("yellow", "WARN"), "Audit": ("blue", "AUDIT")}
+
+
+@dataclass(frozen=True, slots=True)
+class Style:
+    color: bool
+
+    def __call__(self, text: str, *names: str) -> str:
+        if not self.color or not names:
+            return text
+        codes = ";".join(_COLORS[name] for name in names)
+        return f"\x1b[{codes}m{text}\x1b[0m"
+
+
+def explain(ruleset: RuleSet, admission: AdmissionInput, color: bool = False) -> tuple[Decision, list[str]]:
+    """The decision and its explanation, line by line."""
+    decision = evaluate(ruleset, admission, phase=Phase.ALL)
+    return decision, list(_lines(ruleset, admission, decision, Style(color)))
+
+
+def _lines(ruleset: RuleSet, admission: AdmissionInput, decision: Decision, style: Style) -> Iterator[str]:
+    subject = admission.subject or {}
+    kind = admission.kind or str(subject.get("kind", ""))
+    metadata = subject.get("metadata") if isinstance(subject.get("metadata"), dict) else {}
+    name = metadata.get("name") or metadata.get("generateName") or "<unnamed>"
+    where = f"{admission.namespace}/" if admission.namespace else ""
+    yield style(f"{kind} {where}{name} ({admission.operation}), {len(ruleset.rules)} rules", "bold")
+    yield ""
+    yield style("Rules", "bold")
+    for rule in ruleset.rules:
+        yield from _rule_lines(rule, kind, admission, decision, style)
+    yield ""
+    yield from _decision_lines(decision, style)
+    if decision.patch:
+        yield ""
+        count = len(decision.patch)
+        yield style(f"Patch ({count} operation{'s' if count != 1 else ''})", "bold")
+        for entry in decision.trace:
+            for operation in entry.patch:
+                yield f"  [{entry.rule}] {_operation(operation)}"
+        yield ""
+        yield style("Mutated object", "bold")
+        yield from _diff(subject, decision.mutated or subject, name, style)
+
+
+def _rule_lines(rule: Rule, kind: str, admission: AdmissionInput, decision: Decision, style: Style) -> Iterator[str]:
+    entries = [t for t in decision.trace if t.rule == rule.name]
+    what = "mutate" if not rule.validate else f"validate, {rule.action.value}"
+    if rule.validate and rule.mutations:
+        what = f"mutate, {what}"
+    source = f"{os.path.relpath(rule.source.file)}:{rule.source.line}"
+    yield f"  {style(rule.name, 'bold')} ({what})  {style(source, 'dim')}"
+    if not entries:
+        yield f"    {style('not matched', 'dim')}: {_unindexed_reason(rule, kind, admission)}"
+        return
+    for entry in entries:
+        if not entry.matched:
+            yield f"    {entry.target}: {style('not matched', 'dim')}: {entry.reason}"
+            continue
+        color, label = _RESULT_STYLE.get(entry.result, ("dim", entry.result))
+        if entry.result == "fail":
+            color, label = _ACTION_STYLE[_effective_action(decision, rule, entry.target)]
+        line = f"    {entry.target}: matched, {style(label, color, 'bold')}"
+        if entry.message:
+            line += f": {entry.message}"
+        yield line
+        for operation in entry.patch:
+            yield f"      {style(_operation(operation), 'cyan')}"
+
+
+def _effective_action(decision: Decision, rule: Rule, target: str) -> str:
+    """The action the violation was recorded under (a global audit mode turns Deny into Audit)."""
+    for action, bucket in (("Deny", decision.violations), ("Warn", decision.warnings), ("Audit", decision.audits)):
+        if any(v.rule == rule.name and v.target == target for v in bucket):
+            return action
+    return rule.action.value
+
+
+def _unindexed_reason(rule: Rule, kind: str, admission: AdmissionInput) -> str:
+    if admission.sub_resource:
+        return f"rules never match subresources ({admission.sub_resource})"
+    if admission.operation not in rule.match.operations:
+        return (
+            f"operation {admission.operation} is not in match.operations ({', '.join(sorted(rule.match.operations))})"
+        )
+    if "*" not in rule.match.kinds and kind not in indexed_kinds(rule):
+        autogen = " (autogen: false)" if "Pod" in rule.match.kinds and not rule.autogen else ""
+        return f"kind {kind} is not in match.kinds ({', '.join(sorted(rule.match.kinds))}){autogen}"
+    if "Pod" in rule.match.kinds and kind not in rule.match.kinds:
+        return f"{kind} has no pod template this engine knows (check its apiVersion)"
+    return "no target"
+
+
+def _decision_lines(decision: Decision, style: Style) -> Iterator[str]:
+    if decision.allowed:
+        yield style("Decision: allowed", "green", "bold")
+    else:
+        count = len(decision.violations)
+        yield style(f"Decision: DENIED ({count} violation{'s' if count != 1 else ''})", "red", "bold")
+    for label, bucket, color in (
+        ("deny", decision.violations, "red"),
+        ("warning", decision.warnings, "yellow"),
+        ("audit", decision.audits, "blue"),
+    ):
+        for violation in bucket:
+            yield f"  {style(label, color)} [{violation.rule}] {violation.message}"
+    for error in decision.errors:
+        yield f"  {style('error', 'red')} {error}"
+
+
+def _operation(operation: dict[str, object]) -> str:
+    text = f"{operation['op']} {operation['path']}"
+    if "value" in operation:
+        text += " " + json.dumps(operation["value"], separators=(", ", ": "))
+    return text
+
+
+def _diff(before: object, after: object, name: str, style: Style) -> Iterator[str]:
+    def lines(value: object) -> list[str]:
+        return yaml.safe_dump(value, sort_keys=False, default_flow_style=False, width=120).splitlines()
+
+    for line in difflib.unified_diff(
+        lines(before), lines(after), f"{name} (original)", f"{name} (mutated)", lineterm=""
+    ):
+        if line.startswith(("+++", "---")):
+            yield style(line, "bold")
+        elif line.startswith("@@"):
+            yield style(line, "cyan")
+        elif line.startswith("+"):
+            yield style(line, "green")
+        elif line.startswith("-"):
+            yield style(line, "red")
+        else:
+            yield line

@@ -1,0 +1,168 @@
+"""`gpu-webhook lint`: everything the loader checks, plus what only a careful reader would see.
+
+The loader (schema, unknown fields, enums, duplicate names, CEL syntax and type errors)
+runs first, through the same code path as the server's reload. Lint then adds:
+
+- field references: CEL that selects a field a Pod, PodSpec or Container does not have,
+  or `object.spec.containers` in a Pod rule that autogen extends to workloads;
+- mutate-then-deny: a rule's mutation that a validation of the same pack denies, found
+  by evaluating the pack on synthetic pods (one with a GPU, one without).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+
+from webhook.engine import AdmissionInput, LoadError, Phase, RuleSet, evaluate, load_rules, rule_files
+from webhook.engine.model import SourceLocation
+from webhook.engine.schema import API_VERSION, POLICY_KIND
+from webhook.engine.yamlsource import Document, YamlError, load_documents
+
+from .celfields import field_problems, scope_for
+
+# The expressions of a rule, by path inside its document (mutation expressions are found by walking).
+_EXPRESSION_PATHS: tuple[tuple[str, ...], ...] = (
+    ("spec", "match", "condition"),
+    ("spec", "validate", "expression"),
+    ("spec", "validate", "messageExpression"),
+)
+LINT_NAMESPACE = "gpu-lint"
+
+
+def lint(paths: Iterable[str | os.PathLike[str]]) -> list[LoadError]:
+    """Every problem of every rule file under the paths, in file order."""
+    paths = list(paths)
+    result = load_rules(paths)
+    errors = list(result.errors)
+    documents = list(_policy_documents(rule_files(paths)))
+    for document in documents:
+        errors.extend(_field_errors(document))
+    if result.ruleset is not None:
+        errors.extend(_mutate_then_deny(result.ruleset, {_name(d): d for d in documents}))
+    return sorted(_unique(errors), key=lambda e: (e.location.file, e.location.line, e.location.column))
+
+
+def _unique(errors: list[LoadError]) -> Iterator[LoadError]:
+    seen: set[str] = set()
+    for error in errors:
+        if str(error) not in seen:
+            seen.add(str(error))
+            yield error
+
+
+def _policy_documents(files: list[str]) -> Iterator[Document]:
+    for file in files:
+        try:
+            documents = load_documents(Path(file).read_text(encoding="utf-8"), file)
+        except (OSError, UnicodeDecodeError, YamlError):
+            continue  # the loader has reported it
+        for document in documents:
+            data = document.data
+            if isinstance(data, Mapping) and data.get("kind") == POLICY_KIND and data.get("apiVersion") == API_VERSION:
+                yield document
+
+
+def _name(document: Document) -> str:
+    metadata = document.data.get("metadata")
+    return str(metadata.get("name")) if isinstance(metadata, Mapping) else ""
+
+
+def _field_errors(document: Document) -> Iterator[LoadError]:
+    data = document.data
+    spec = data.get("spec")
+    if not isinstance(spec, Mapping):
+        return
+    match = spec.get("match") if isinstance(spec.get("match"), Mapping) else {}
+    kinds = match.get("kinds") if isinstance(match.get("kinds"), list) else []
+    scope = scope_for([str(k) for k in kinds], spec.get("autogen", True) is not False)
+    for path, text in _expressions(data):
+        for problem in field_problems(text, scope):
+            line, column = document.text_position(path, problem.offset)
+            where = SourceLocation(document.file, line, column)
+            yield LoadError(where, f"{_dotted(path)}: {problem.message}", _name(document))
+
+
+def _expressions(data: Mapping[str, Any]) -> Iterator[tuple[tuple[Any, ...], str]]:
+    for path in _EXPRESSION_PATHS:
+        node: Any = data
+        for part in path:
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if isinstance(node, str):
+            yield path, node
+    mutate = data["spec"].get("mutate")
+    for index, operation in enumerate(mutate if isinstance(mutate, list) else []):
+        if not isinstance(operation, Mapping):
+            continue
+        for name, args in operation.items():
+            if not isinstance(args, Mapping):
+                continue
+            if isinstance(args.get("valueExpression"), str):
+                yield ("spec", "mutate", index, name, "valueExpression"), args["valueExpression"]
+            expressions = args.get("valueExpressions")
+            for key, text in expressions.items() if isinstance(expressions, Mapping) else ():
+                if isinstance(text, str):
+                    yield ("spec", "mutate", index, name, "valueExpressions", key), text
+
+
+def _dotted(path: Iterable[Any]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def synthetic_pods() -> list[tuple[str, dict[str, Any]]]:
+    """What every pack must be able to admit after its own mutations: a plain GPU pod and a CPU pod."""
+
+    def pod(name: str, resources: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": LINT_NAMESPACE, "labels": {"app": name}},
+            "spec": {"containers": [{"name": "main", "image": "registry.example/app:1", "resources": resources}]},
+        }
+
+    gpu = {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}
+    return [("a GPU pod", pod("lint-gpu-pod", gpu)), ("a CPU-only pod", pod("lint-cpu-pod", {}))]
+
+
+def _mutate_then_deny(ruleset: RuleSet, documents: Mapping[str, Document]) -> Iterator[LoadError]:
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LINT_NAMESPACE, "labels": {}}}
+
+    def validate(obj: dict[str, Any]) -> dict[str, str]:
+        admission = AdmissionInput(object=obj, namespace=LINT_NAMESPACE, namespace_object=namespace)
+        decision = evaluate(ruleset, admission, phase=Phase.VALIDATE)
+        return {v.rule: v.message for v in decision.violations}
+
+    rules = {rule.name: rule for rule in ruleset.rules}
+    reported: set[tuple[str, str]] = set()
+    for description, pod in synthetic_pods():
+        admission = AdmissionInput(object=pod, namespace=LINT_NAMESPACE, namespace_object=namespace)
+        before = validate(pod)
+        decision = evaluate(ruleset, admission, phase=Phase.ALL)
+        for entry in decision.trace:
+            if not entry.patch:
+                continue
+            # this rule's edits alone, so the blame lands on the one mutation that causes the denial
+            after = validate(jsonpatch.apply_patch(pod, entry.patch))
+            for denier, message in after.items():
+                if denier in before or denier == entry.rule or (entry.rule, denier) in reported:
+                    continue
+                reported.add((entry.rule, denier))
+                document = documents.get(entry.rule)
+                if document is not None:
+                    line, column = document.position(("spec", "mutate"), key=True)
+                    where = SourceLocation(document.file, line, column)
+                else:
+                    where = rules[entry.rule].source
+                yield LoadError(
+                    where,
+                    f"spec.mutate: the mutated object is denied by rule {denier} of the same pack "
+                    f"(on {description}: {message})",
+                    entry.rule,
+                )

@@ -1,0 +1,36 @@
+"""The JSON Schemas shipped in the package (webhook/schemas/*.json), rendered from engine.schema.
+
+The loader validates with the Python dicts of `webhook.engine.schema`; the shipped files
+are the same dicts written out for editors (yaml-language-server), and a test keeps
+them in sync. Add a modeline to the first line of a rule file:
+
+    # yaml-language-server: $schema=https://.../gpupolicy.json   (or a relative path)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from webhook.engine.schema import CONFIG_KIND, POLICY_KIND, SCHEMAS, TEST_KIND
+
+SHIPPED = Path(__file__).resolve().parents[1] / "schemas"
+FILES = {POLICY_KIND: "gpupolicy.json", TEST_KIND: "gpupolicytest.json", CONFIG_KIND: "gpuwebhookconfig.json"}
+
+
+def render(kind: str) -> str:
+    schema: dict[str, Any] = SCHEMAS[kind]
+    return json.dumps(schema, indent=2, sort_keys=False) + "\n"
+
+
+def write(directory: str | Path) -> list[Path]:
+    """Write every schema to directory; returns the files written."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for kind, name in FILES.items():
+        path = directory / name
+        path.write_text(render(kind), encoding="utf-8")
+        written.append(path)
+    return written

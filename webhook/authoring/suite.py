@@ -1,0 +1,281 @@
+"""`gpu-webhook test`: run GPUPolicyTest suites against the rules with the server's engine.
+
+A suite names cases (an object, the operation, optional oldObject, namespace object and
+user) and what should happen: per rule (allowed / denied / warned / audited / mutated /
+skipped / error, the message, the rule's patch), and for the whole pack (allowed, the
+object after mutation, the exact patch). Every case is evaluated with `evaluate(...,
+Phase.ALL)`, so a suite sees what the mutating and validating webhooks together do.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonschema import Draft202012Validator
+
+from webhook.engine import AdmissionInput, Decision, LoadError, Phase, RuleSet, evaluate, load_rules, rule_files
+from webhook.engine.model import SourceLocation
+from webhook.engine.schema import TEST_KIND, TEST_SCHEMA
+from webhook.engine.yamlsource import Document, YamlError, load_documents
+
+_VALIDATOR = Draft202012Validator(TEST_SCHEMA)
+
+
+class SuiteError(Exception):
+    """Suites or rules that cannot be run: reported as configuration errors (exit 2)."""
+
+
+@dataclass(slots=True)
+class CaseResult:
+    suite: str  # file of the suite
+    name: str  # the case's name
+    failures: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    @property
+    def id(self) -> str:
+        return f"{self.suite}::{self.name}"
+
+
+@dataclass(slots=True)
+class Suite:
+    document: Document
+    rules: str  # the rules path the cases run against
+
+    @property
+    def file(self) -> str:
+        return self.document.file
+
+    @property
+    def cases(self) -> list[dict[str, Any]]:
+        return list(self.document.data["spec"]["cases"])
+
+
+def discover(path: str, rules: str | None = None, default_rules: str | None = None) -> list[Suite]:
+    """Every GPUPolicyTest document under path; raises SuiteError listing every schema problem.
+
+    The rules a suite runs against: `rules` (the command line's --rules) if given, else the
+    suite's own `spec.rules` (relative to its file), else `default_rules`, else path.
+    """
+    suites: list[Suite] = []
+    problems: list[LoadError] = []
+    for file in rule_files([path]):
+        try:
+            documents = load_documents(Path(file).read_text(encoding="utf-8"), file)
+        except YamlError as error:
+            problems.append(LoadError(SourceLocation(file, error.line, error.column), f"invalid YAML: {error}"))
+            continue
+        for document in documents:
+            data = document.data
+            if not isinstance(data, Mapping) or data.get("kind") != TEST_KIND:
+                continue
+            errors = sorted(_VALIDATOR.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
+            for error in errors:
+                line, column = document.position(tuple(error.absolute_path))
+                where = "/".join(map(str, error.absolute_path)) or "document"
+                message = error.message
+                if error.validator == "oneOf" and where.startswith("spec/cases/"):
+                    message = "a case needs exactly one of `object` or `objectFile`"
+                problems.append(LoadError(SourceLocation(file, line, column), f"{where}: {message}"))
+            if errors:
+                continue
+            own = data["spec"].get("rules")
+            suite_rules = rules or (str(Path(file).parent / own) if own else default_rules or path)
+            suites.append(Suite(document, suite_rules))
+    if problems:
+        raise SuiteError("\n".join(str(p) for p in problems))
+    return suites
+
+
+def run(suites: list[Suite]) -> Iterator[CaseResult]:
+    """Run every case, one result each, in file order."""
+    rulesets: dict[str, RuleSet] = {}
+    for suite in suites:
+        if suite.rules not in rulesets:
+            rulesets[suite.rules] = _load(suite.rules)
+        ruleset = rulesets[suite.rules]
+        for case in suite.cases:
+            started = time.perf_counter()
+            result = CaseResult(_display(suite.file), str(case["name"]))
+            try:
+                result.failures = check(case, evaluate(ruleset, admission(case, Path(suite.file).parent), Phase.ALL))
+            except (OSError, YamlError, ValueError) as error:
+                result.failures = [f"cannot run the case: {error}"]
+            result.seconds = time.perf_counter() - started
+            yield result
+
+
+def _load(path: str) -> RuleSet:
+    if not os.path.exists(path):
+        raise SuiteError(f"rules path not found: {path}")
+    result = load_rules(path)
+    if result.ruleset is None:
+        raise SuiteError("\n".join(str(e) for e in result.errors))
+    return result.ruleset
+
+
+def _display(file: str) -> str:
+    relative = os.path.relpath(file)
+    return file if relative.startswith("..") else relative
+
+
+def admission(case: Mapping[str, Any], base: Path | str) -> AdmissionInput:
+    """The case as the engine's input, with the CEL `request` filled as an AdmissionRequest would be."""
+    obj = _resource(case, "object", base)
+    old = _resource(case, "oldObject", base)
+    namespace_object = _resource(case, "namespaceObject", base)
+    subject = obj if obj is not None else old or {}
+    metadata = subject.get("metadata") if isinstance(subject.get("metadata"), Mapping) else {}
+    namespace = case.get("namespace") or metadata.get("namespace") or "default"
+    operation = case.get("operation", "CREATE")
+    api_version = str(subject.get("apiVersion", "v1"))
+    group, _, version = api_version.rpartition("/")
+    request = {
+        "operation": operation,
+        "namespace": namespace,
+        "name": metadata.get("name", ""),
+        "kind": {"group": group, "version": version, "kind": subject.get("kind", "")},
+        "userInfo": dict(case.get("userInfo") or {"username": "gpu-webhook-test"}),
+        "dryRun": False,
+    }
+    return AdmissionInput(
+        object=obj,
+        old_object=old,
+        operation=operation,
+        namespace=namespace,
+        namespace_object=namespace_object,
+        request=request,
+    )
+
+
+def _resource(case: Mapping[str, Any], key: str, base: Path) -> dict[str, Any] | None:
+    if case.get(key) is not None:
+        return dict(case[key])
+    file = case.get(f"{key}File")
+    if not file:
+        return None
+    (document, *_) = [d for d in yaml.safe_load_all((Path(base) / file).read_text(encoding="utf-8")) if d] or [None]
+    if not isinstance(document, dict):
+        raise ValueError(f"{key}File {file}: not a YAML object")
+    return document
+
+
+# -- expectations ------------------------------------------------------------------------------------
+
+
+def rule_outcome(decision: Decision, rule: str) -> tuple[str, list[str], list[dict[str, Any]], str]:
+    """(result, messages, patch, why) of one rule in a decision; `why` explains a skip."""
+    entries = [t for t in decision.trace if t.rule == rule]
+    messages = [
+        v.message
+        for bucket in (decision.violations, decision.warnings, decision.audits)
+        for v in bucket
+        if v.rule == rule
+    ]
+    patch = [op for t in entries for op in t.patch]
+    reasons = "; ".join(sorted({f"{t.target}: {t.reason}" for t in entries if not t.matched}))
+    if any(t.result == "error" for t in entries):
+        errors = [t.message for t in entries if t.result == "error"]
+        return "error", errors, patch, ""
+    for result, bucket in (
+        ("denied", decision.violations),
+        ("warned", decision.warnings),
+        ("audited", decision.audits),
+    ):
+        if any(v.rule == rule for v in bucket):
+            return result, messages, patch, ""
+    if patch:
+        return "mutated", messages, patch, ""
+    if any(t.matched for t in entries):
+        return "allowed", messages, patch, ""
+    return "skipped", messages, patch, reasons or "kind or operation not matched"
+
+
+def check(case: Mapping[str, Any], decision: Decision) -> list[str]:
+    """What differs from the case's expectations, each as readable text (with a diff where it helps)."""
+    expect = case.get("expect") or {}
+    failures: list[str] = []
+    if "allowed" in expect and expect["allowed"] != decision.allowed:
+        detail = decision.denial_message or "no rule denied it"
+        failures.append(
+            f"expected allowed: {str(expect['allowed']).lower()}, got {str(decision.allowed).lower()} ({detail})"
+        )
+    for wanted in expect.get("rules") or []:
+        failures.extend(_check_rule(wanted, decision))
+    if "patch" in expect and expect["patch"] != decision.patch:
+        failures.append(
+            "the pack's patch differs:\n" + diff(expect["patch"], decision.patch, "expected patch", "actual patch")
+        )
+    if "object" in expect:
+        actual = decision.mutated if decision.mutated is not None else case.get("object")
+        if expect.get("objectMatch", "subset") == "exact":
+            if expect["object"] != actual:
+                failures.append(
+                    "the object after mutation differs:\n"
+                    + diff(expect["object"], actual, "expected object", "actual object")
+                )
+        elif not is_subset(expect["object"], actual):
+            shown = project(actual, expect["object"])
+            failures.append(
+                "the object after mutation does not contain the expected fields:\n"
+                + diff(expect["object"], shown, "expected (subset)", "actual (same fields)")
+            )
+    return failures
+
+
+def _check_rule(wanted: Mapping[str, Any], decision: Decision) -> list[str]:
+    name = wanted["rule"]
+    result, messages, patch, why = rule_outcome(decision, name)
+    failures: list[str] = []
+    if "result" in wanted and wanted["result"] != result:
+        detail = f" ({why})" if why else (f": {'; '.join(messages)}" if messages else "")
+        failures.append(f"rule {name}: expected {wanted['result']}, got {result}{detail}")
+    text = "; ".join(messages)
+    if "message" in wanted and wanted["message"] not in text:
+        failures.append(f"rule {name}: message does not contain {wanted['message']!r}\n  message: {text or '(none)'}")
+    if "messageRegex" in wanted and not re.search(wanted["messageRegex"], text):
+        failures.append(
+            f"rule {name}: message does not match /{wanted['messageRegex']}/\n  message: {text or '(none)'}"
+        )
+    if "patch" in wanted and wanted["patch"] != patch:
+        failures.append(
+            f"rule {name}: patch differs:\n" + diff(wanted["patch"], patch, "expected patch", "actual patch")
+        )
+    return failures
+
+
+def is_subset(expected: Any, actual: Any) -> bool:
+    """Maps: every expected key, recursively. Lists: same length, item by item. Else equal."""
+    if isinstance(expected, Mapping):
+        return isinstance(actual, Mapping) and all(k in actual and is_subset(v, actual[k]) for k, v in expected.items())
+    if isinstance(expected, list):
+        return isinstance(actual, list) and len(expected) == len(actual) and all(map(is_subset, expected, actual))
+    return expected == actual
+
+
+def project(actual: Any, shape: Any) -> Any:
+    """The part of actual that the expected shape talks about, so a diff shows only what matters."""
+    if isinstance(shape, Mapping) and isinstance(actual, Mapping):
+        return {k: project(actual[k], v) for k, v in shape.items() if k in actual}
+    if isinstance(shape, list) and isinstance(actual, list):
+        return [project(a, s) for a, s in zip(actual, shape, strict=False)] + actual[len(shape) :]
+    return actual
+
+
+def diff(expected: Any, actual: Any, from_name: str, to_name: str) -> str:
+    def lines(value: Any) -> list[str]:
+        return yaml.safe_dump(value, sort_keys=False, default_flow_style=False, width=100).splitlines()
+
+    return "\n".join(difflib.unified_diff(lines(expected), lines(actual), from_name, to_name, lineterm=""))

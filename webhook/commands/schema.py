@@ -1,0 +1,25 @@
+"""`gpu-webhook schema [--out DIR]`: the JSON Schemas of rule and test files, for editors."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from webhook.authoring.schemas import FILES, render, write
+from webhook.commands.common import EXIT_OK
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser("schema", help="write the JSON Schemas of GPUPolicy and GPUPolicyTest")
+    parser.add_argument("--out", metavar="DIR", help="write every schema file to DIR (default: print one)")
+    parser.add_argument("--kind", choices=tuple(FILES), default="GPUPolicy", help="the schema to print")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.out:
+        for path in write(args.out):
+            print(path)
+    else:
+        print(render(args.kind), end="")
+    return EXIT_OK

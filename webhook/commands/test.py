@@ -1,0 +1,47 @@
+"""`gpu-webhook test PATH`: run the GPUPolicyTest suites under PATH; exit 1 when a case fails."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from webhook.authoring import report
+from webhook.authoring.suite import SuiteError, discover, run
+from webhook.commands.common import EXIT_FAILED, EXIT_OK, UsageError, default_rules_dir
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser("test", help="run GPUPolicyTest suites against the rules")
+    parser.add_argument("path", metavar="PATH", help="suite file or directory (searched recursively)")
+    parser.add_argument(
+        "--rules", help="rules to test (default: the suite's spec.rules, else PATH when it is a directory)"
+    )
+    parser.add_argument("--output", choices=("text", "junit"), default="text")
+    parser.set_defaults(run=run_tests)
+
+
+def run_tests(args: argparse.Namespace) -> int:
+    if not os.path.exists(args.path):
+        raise UsageError(f"path not found: {args.path}")
+    default = args.path if os.path.isdir(args.path) else default_rules_dir()
+    try:
+        suites = discover(args.path, args.rules, default)
+        if not suites:
+            raise UsageError(f"no GPUPolicyTest suites under {args.path}")
+        if args.output == "junit":
+            results = list(run(suites))
+            print(report.junit(results))
+        else:
+            results = []
+            for line in report.text(_collect(run(suites), results)):
+                print(line, flush=True)
+    except SuiteError as error:
+        raise UsageError(str(error)) from None
+    return EXIT_OK if all(r.passed for r in results) else EXIT_FAILED
+
+
+def _collect(results: Any, into: list[Any]) -> Any:
+    for result in results:
+        into.append(result)
+        yield result
