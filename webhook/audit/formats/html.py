@@ -28,7 +28,7 @@ h1{margin:0 0 .25rem}h2{margin:1.5rem 0 .5rem;font-size:1.1rem}.sub{color:#667}
 table{border-collapse:collapse;background:#fff;width:100%;box-shadow:0 1px 3px #0002;font-size:.9rem}
 th,td{padding:.4rem .6rem;border-bottom:1px solid #e4e6ea;text-align:left;vertical-align:top}
 th{background:#eef0f4;cursor:pointer;user-select:none;white-space:nowrap}th:after{content:' \\2195';color:#99a}
-td.n{text-align:right}.r-fail{color:#d64545;font-weight:600}.r-warn{color:#c07d12;font-weight:600}
+td.n{text-align:right}td.k{white-space:nowrap}.r-fail{color:#d64545;font-weight:600}.r-warn{color:#c07d12;font-weight:600}
 .r-audit{color:#3a6fd8}.r-error{color:#8e6bbf}
 """
 
@@ -113,7 +113,7 @@ class HtmlReport:
         )
         for result, rule, namespace, kind, name, origin, gpus, message in self.rows:
             parts.append(
-                f'<tr><td class="r-{result}">{_LABELS[result]}</td><td>{escape(rule)}</td><td>{escape(namespace)}</td>'
+                f'<tr><td class="r-{result}">{_LABELS[result]}</td><td class="k">{escape(rule)}</td><td>{escape(namespace)}</td>'
                 f'<td>{escape(kind)}</td><td>{escape(name)}</td><td>{escape(origin)}</td><td class="n">{gpus}</td>'
                 f"<td>{escape(message)}</td></tr>"
             )
