@@ -83,3 +83,18 @@ def test_apply_creates_then_replaces_policy_reports(run, stub, kubeconfig):
     assert any(
         r.startswith("PUT /apis/wgpolicyk8s.io/v1alpha2/namespaces/team-a/policyreports/") for r in stub.requests
     )
+
+
+def test_context_and_progress_bar_on_a_terminal(run, stub, kubeconfig, monkeypatch):
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    _, out, _ = run("--cluster", "--kubeconfig", kubeconfig, "--context", "stub", "--rules", RULES, "-o", "json")
+    assert len(json.loads(out)["objects"]) == 6
+    assert "auditing" in terminal.getvalue()  # drawn on stderr only; stdout stays clean JSON
+    assert "JobSet: not served by this cluster, skipped" in terminal.getvalue()
