@@ -83,6 +83,7 @@ def test_policyreport_validates_against_the_crd_schema(run):
     failed = next(r for r in team_a["results"] if r["result"] == "fail")
     assert failed["policy"] == failed["rule"] == "gpu-requests-equal-limits"
     assert failed["severity"] == "high" and failed["source"] == "gpu-webhook"
+    assert "&id" not in out  # no YAML anchors: plain documents for any reader
     assert failed["resources"] == [{"apiVersion": "v1", "kind": "Pod", "name": "trainer", "namespace": "team-a"}]
     warned = {r["rule"]: r["severity"] for r in team_a["results"] if r["result"] == "warn"}
     assert warned == {"queue-label-warn": "medium", "team-label-audit": "low"}

@@ -49,10 +49,10 @@ class PolicyReportBuilder:
                 "rule": outcome.rule,
                 "result": _RESULT[outcome.result],
                 "message": outcome.message or f"{ref.kind} {ref.name} passes {outcome.rule}",
-                "resources": [resource],
+                "resources": [dict(resource)],  # copies: no YAML anchors in the output
                 "scored": True,
                 "source": SOURCE,
-                "timestamp": self.timestamp,
+                "timestamp": dict(self.timestamp),
             }
             severity = _SEVERITY.get(self.actions.get(outcome.rule))  # type: ignore[arg-type]
             if severity:
