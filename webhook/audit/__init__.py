@@ -1,0 +1,22 @@
+"""Dry-run audits: what the rules would deny, warn about or change, on manifests or a live cluster.
+
+sources (files, stdin) and cluster (live API) produce objects one at a time; results runs the
+engine on each and counts them per rule and namespace (Tally, reusable by the server's audit
+mode); formats write the reports. The `audit` command only wires these together.
+"""
+
+from .results import ObjectRef, ObjectResult, RuleOutcome, Tally, audit, outcomes
+from .sources import Item, SourceError, read_manifests, read_namespaces
+
+__all__ = [
+    "Item",
+    "ObjectRef",
+    "ObjectResult",
+    "RuleOutcome",
+    "SourceError",
+    "Tally",
+    "audit",
+    "outcomes",
+    "read_manifests",
+    "read_namespaces",
+]

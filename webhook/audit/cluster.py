@@ -1,0 +1,213 @@
+"""Read workloads from a live cluster, page by page, as raw JSON; and write PolicyReports back.
+
+The kubernetes client's generated models are skipped on purpose: deserialising a 100k-pod
+list into model objects costs far more than evaluating them. Requests go through the
+client's ApiClient (so kubeconfig, contexts, exec plugins and in-cluster config all work)
+and each page is parsed with orjson. Pages are `limit` items long and followed with the
+`continue` token, so memory holds one page at a time whatever the cluster's size.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+from kubernetes import client as kube_client
+from kubernetes import config as kube_config
+
+from webhook.engine.workloads import WORKLOAD_KINDS
+
+from .sources import Item
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    group: str  # "" for the core API
+    versions: tuple[str, ...]  # tried in order: the first one the cluster serves is used
+    plural: str
+    kind: str
+
+
+# DESIGN §4: the kinds whose pods (or pod templates) the rules look at.
+RESOURCES: tuple[Resource, ...] = (
+    Resource("", ("v1",), "pods", "Pod"),
+    Resource("apps", ("v1",), "deployments", "Deployment"),
+    Resource("apps", ("v1",), "statefulsets", "StatefulSet"),
+    Resource("apps", ("v1",), "daemonsets", "DaemonSet"),
+    Resource("apps", ("v1",), "replicasets", "ReplicaSet"),
+    Resource("batch", ("v1",), "jobs", "Job"),
+    Resource("batch", ("v1",), "cronjobs", "CronJob"),
+    Resource("jobset.x-k8s.io", ("v1alpha2",), "jobsets", "JobSet"),
+    Resource("kubeflow.org", ("v1",), "pytorchjobs", "PyTorchJob"),
+    Resource("kubeflow.org", ("v1",), "tfjobs", "TFJob"),
+    Resource("kubeflow.org", ("v2beta1", "v1"), "mpijobs", "MPIJob"),
+    Resource("ray.io", ("v1", "v1alpha1"), "rayjobs", "RayJob"),
+    Resource("ray.io", ("v1", "v1alpha1"), "rayclusters", "RayCluster"),
+    Resource("leaderworkerset.x-k8s.io", ("v1",), "leaderworkersets", "LeaderWorkerSet"),
+)
+
+
+class ClusterError(Exception):
+    """The API server refused or could not be reached: reported as a usage error (exit 2)."""
+
+
+def connect(kubeconfig: str | None = None, context: str | None = None) -> kube_client.ApiClient:
+    """An ApiClient from a kubeconfig (file, $KUBECONFIG, ~/.kube/config), else in-cluster config."""
+    in_cluster = "KUBERNETES_SERVICE_HOST" in os.environ
+    default_config = os.path.expanduser(os.environ.get("KUBECONFIG", "~/.kube/config").split(os.pathsep)[0])
+    try:
+        if kubeconfig or context or not in_cluster or os.path.exists(default_config):
+            return kube_config.new_client_from_config(config_file=kubeconfig, context=context)
+        configuration = kube_client.Configuration()
+        kube_config.load_incluster_config(client_configuration=configuration)
+        return kube_client.ApiClient(configuration)
+    except (kube_config.ConfigException, OSError) as error:
+        raise ClusterError(f"cannot load cluster configuration: {error}") from None
+
+
+class Api:
+    """Just enough of the Kubernetes REST API for audits: GET pages, create and replace."""
+
+    def __init__(self, api_client: kube_client.ApiClient) -> None:
+        self.client = api_client
+
+    def request(
+        self, method: str, path: str, query: list[tuple[str, Any]] | None = None, body: Any = None
+    ) -> tuple[int, Any]:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        serialized = self.client.param_serialize(
+            method, path, query_params=query or [], header_params=headers, body=body, auth_settings=["BearerToken"]
+        )
+        try:
+            response = self.client.call_api(*serialized)
+        except Exception as error:  # urllib3 connection errors: name the server, not the stack
+            raise ClusterError(f"{method} {path}: {error}") from None
+        data = response.read()
+        try:
+            return response.status, orjson.loads(data) if data else None
+        except orjson.JSONDecodeError:
+            return response.status, None
+
+    def pages(self, path: str, limit: int) -> Iterator[dict[str, Any]]:
+        """Each page of a list; raises LookupError on 404 (a kind or namespace the cluster lacks)."""
+        token = ""
+        while True:
+            query: list[tuple[str, Any]] = [("limit", limit)]
+            if token:
+                query.append(("continue", token))
+            status, page = self.request("GET", path, query)
+            if status == 404:
+                raise LookupError(path)
+            if status != 200 or not isinstance(page, dict):
+                raise ClusterError(f"GET {path}: HTTP {status}: {_reason(page)}")
+            yield page
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return
+
+
+def _reason(body: Any) -> str:
+    return str(body.get("message")) if isinstance(body, dict) and body.get("message") else "no details"
+
+
+def _collection(resource: Resource, version: str, namespace: str | None) -> str:
+    base = f"/api/{version}" if not resource.group else f"/apis/{resource.group}/{version}"
+    scope = f"/namespaces/{quote(namespace, safe='')}" if namespace else ""
+    return f"{base}{scope}/{resource.plural}"
+
+
+def read_namespaces(api: Api, namespace: str | None = None, limit: int = 500) -> dict[str, dict[str, Any]]:
+    """The live Namespace objects, for `namespaceObject` (only one when the audit is scoped to it)."""
+    if namespace:
+        status, body = api.request("GET", f"/api/v1/namespaces/{quote(namespace, safe='')}")
+        if status == 404:
+            raise ClusterError(f"namespace {namespace} not found")
+        if status != 200:
+            raise ClusterError(f"GET namespace {namespace}: HTTP {status}: {_reason(body)}")
+        return {namespace: _typed(body, "v1", "Namespace")}
+    found: dict[str, dict[str, Any]] = {}
+    for page in api.pages("/api/v1/namespaces", limit):
+        for item in page.get("items") or []:
+            # keep what rules can read (labels, annotations, name); drop status and managedFields
+            metadata = item.get("metadata") or {}
+            slim = {k: metadata[k] for k in ("name", "uid", "labels", "annotations") if k in metadata}
+            found[slim.get("name", "")] = {"apiVersion": "v1", "kind": "Namespace", "metadata": slim}
+    return found
+
+
+def _typed(item: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:
+    # items of a list response carry no apiVersion/kind; the engine needs both to pick rules
+    item.setdefault("apiVersion", api_version)
+    item.setdefault("kind", kind)
+    return item
+
+
+def owned_by_workload(obj: Mapping[str, Any]) -> bool:
+    """Made by a controller whose own template is audited (a Deployment's ReplicaSet, a Job's Pod)."""
+    for owner in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if owner.get("controller") and owner.get("kind") in WORKLOAD_KINDS:
+            return True
+    return False
+
+
+Progress = Callable[[str, int, int | None], None]  # kind, items in this page, items still to come
+
+
+def read_workloads(
+    api: Api,
+    namespace: str | None = None,
+    include_owned: bool = False,
+    limit: int = 500,
+    resources: Iterable[Resource] = RESOURCES,
+    progress: Progress | None = None,
+    skipped: Callable[[str], None] | None = None,
+) -> Iterator[Item]:
+    """Every workload of the audited kinds, page by page; kinds the cluster does not serve are skipped."""
+    for resource in resources:
+        for version in resource.versions:
+            api_version = f"{resource.group}/{version}" if resource.group else version
+            try:
+                for page in api.pages(_collection(resource, version, namespace), limit):
+                    items = page.get("items") or []
+                    if progress is not None:
+                        progress(resource.kind, len(items), (page.get("metadata") or {}).get("remainingItemCount"))
+                    for item in items:
+                        obj = _typed(item, api_version, resource.kind)
+                        if include_owned or not owned_by_workload(obj):
+                            yield Item(obj, f"cluster {api_version}")
+                break  # this version is served: do not list the same objects again in an older one
+            except LookupError:
+                continue
+        else:
+            if skipped is not None:
+                skipped(resource.kind)
+
+
+def apply_report(api: Api, report: dict[str, Any]) -> str:
+    """Create the PolicyReport, or replace the one already there; returns `created` or `replaced`."""
+    group_version = report["apiVersion"]
+    metadata = report["metadata"]
+    plural = "policyreports" if report["kind"] == "PolicyReport" else "clusterpolicyreports"
+    scope = f"/namespaces/{quote(metadata['namespace'], safe='')}" if metadata.get("namespace") else ""
+    collection = f"/apis/{group_version}{scope}/{plural}"
+    item = f"{collection}/{quote(metadata['name'], safe='')}"
+    status, current = api.request("GET", item)
+    if status == 404:
+        status, body = api.request("POST", collection, body=report)
+        outcome = "created"
+    elif status == 200:
+        version = ((current or {}).get("metadata") or {}).get("resourceVersion")
+        body_to_send = {**report, "metadata": {**metadata, "resourceVersion": version}}
+        status, body = api.request("PUT", item, body=body_to_send)
+        outcome = "replaced"
+    else:
+        raise ClusterError(f"GET {item}: HTTP {status}: {_reason(current)}")
+    if status not in (200, 201):
+        raise ClusterError(f"writing {item}: HTTP {status}: {_reason(body)}")
+    return outcome

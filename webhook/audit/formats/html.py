@@ -1,0 +1,153 @@
+"""One self-contained HTML page: summary cards, SVG bar charts by rule and by namespace, and a
+sortable table of findings. No network: styles, charts and the sort script are all inline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from html import escape
+from typing import TextIO
+
+from ..results import AUDIT, ERROR, FAIL, PASS, WARN, ObjectResult, Tally
+
+# A cap on table rows keeps the page usable in a browser; the charts still count everything.
+MAX_ROWS = 20_000
+_COLOURS = {FAIL: "#d64545", WARN: "#e8a33d", AUDIT: "#5b8def", ERROR: "#8e6bbf"}
+_LABELS = {FAIL: "Deny", WARN: "Warn", AUDIT: "Audit", ERROR: "Error"}
+_SERIES = (FAIL, WARN, AUDIT, ERROR)
+
+_STYLE = """
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem;color:#1f2430;background:#f6f7f9}
+h1{margin:0 0 .25rem}h2{margin:1.5rem 0 .5rem;font-size:1.1rem}.sub{color:#667}
+.cards{display:flex;gap:1rem;flex-wrap:wrap;margin:1rem 0}
+.card{background:#fff;border-radius:8px;padding:.75rem 1.25rem;box-shadow:0 1px 3px #0002;min-width:8rem}
+.card b{display:block;font-size:1.6rem}.card.fail b{color:#d64545}.card.warn b{color:#e8a33d}
+.charts{display:flex;gap:2rem;flex-wrap:wrap}.chart{background:#fff;border-radius:8px;padding:1rem;box-shadow:0 1px 3px #0002}
+.legend span{display:inline-block;margin-right:1rem;font-size:.85rem}
+.legend i{display:inline-block;width:.8rem;height:.8rem;margin-right:.3rem;border-radius:2px;vertical-align:-1px}
+table{border-collapse:collapse;background:#fff;width:100%;box-shadow:0 1px 3px #0002;font-size:.9rem}
+th,td{padding:.4rem .6rem;border-bottom:1px solid #e4e6ea;text-align:left;vertical-align:top}
+th{background:#eef0f4;cursor:pointer;user-select:none;white-space:nowrap}th:after{content:' \\2195';color:#99a}
+td.n{text-align:right}td.k{white-space:nowrap}.r-fail{color:#d64545;font-weight:600}.r-warn{color:#c07d12;font-weight:600}
+.r-audit{color:#3a6fd8}.r-error{color:#8e6bbf}
+"""
+
+# Sort on header click; numeric when both cells are numbers. Few lines on purpose: no library.
+_SCRIPT = """
+document.querySelectorAll('table.sortable th').forEach(function(th, col){
+  th.addEventListener('click', function(){
+    var body = th.closest('table').tBodies[0], rows = Array.from(body.rows);
+    var dir = th.dataset.dir === 'asc' ? -1 : 1; th.dataset.dir = dir === 1 ? 'asc' : 'desc';
+    rows.sort(function(a, b){
+      var x = a.cells[col].textContent, y = b.cells[col].textContent, nx = parseFloat(x), ny = parseFloat(y);
+      return dir * (!isNaN(nx) && !isNaN(ny) ? nx - ny : x.localeCompare(y));
+    });
+    rows.forEach(function(r){ body.appendChild(r); });
+  });
+});
+"""
+
+
+class HtmlReport:
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.rows: list[tuple[str, str, str, str, str, str, int, str]] = []
+        self.dropped = 0
+
+    def add(self, result: ObjectResult) -> None:
+        ref = result.ref
+        for outcome in result.findings:
+            if len(self.rows) >= MAX_ROWS:
+                self.dropped += 1
+                continue
+            self.rows.append(
+                (
+                    outcome.result,
+                    outcome.rule,
+                    ref.namespace or "(cluster)",
+                    ref.kind,
+                    ref.name,
+                    result.origin,
+                    result.gpus,
+                    outcome.message,
+                )
+            )
+
+    def finish(self, tally: Tally) -> None:
+        by = tally.objects_by_worst
+        rule_bars = [(name, [c.results[s] for s in _SERIES]) for name, c in sorted(tally.rules.items())]
+        namespace_bars = [(name, [c[s] for s in _SERIES]) for name, c in sorted(tally.namespaces.items())]
+        cards = [
+            ("", "Objects audited", tally.objects),
+            ("fail", "Denied", by[FAIL]),
+            ("warn", "Warned", by[WARN]),
+            ("", "Audited", by[AUDIT]),
+            ("", "Would be patched", tally.patched_objects),
+            ("", "Passed", by[PASS]),
+            ("", "GPUs affected", f"{tally.gpus_affected} / {tally.gpus}"),
+        ]
+        parts = [
+            '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
+            "<title>gpu-webhook audit report</title><style>",
+            _STYLE,
+            "</style></head><body>",
+            "<h1>gpu-webhook audit report</h1>",
+            f'<p class="sub">{tally.objects} objects evaluated as CREATE against the rule set.</p>',
+            '<div class="cards">',
+            *(
+                f'<div class="card {cls}"><b>{escape(str(value))}</b>{escape(label)}</div>'
+                for cls, label, value in cards
+            ),
+            '</div><div class="legend">',
+            *(f'<span><i style="background:{_COLOURS[s]}"></i>{_LABELS[s]}</span>' for s in _SERIES),
+            '</div><div class="charts">',
+            f'<div class="chart"><h2>Findings by rule</h2>{_bars(rule_bars)}</div>',
+            f'<div class="chart"><h2>Objects with findings by namespace</h2>{_bars(namespace_bars)}</div>',
+            "</div><h2>Findings</h2>",
+        ]
+        if self.dropped:
+            parts.append(f'<p class="sub">Showing the first {MAX_ROWS} findings; {self.dropped} more not shown.</p>')
+        parts.append(
+            '<table class="sortable"><thead><tr><th>Result</th><th>Rule</th><th>Namespace</th><th>Kind</th>'
+            "<th>Name</th><th>Source</th><th>GPUs</th><th>Message</th></tr></thead><tbody>"
+        )
+        for result, rule, namespace, kind, name, origin, gpus, message in self.rows:
+            parts.append(
+                f'<tr><td class="r-{result}">{_LABELS[result]}</td><td class="k">{escape(rule)}</td><td>{escape(namespace)}</td>'
+                f'<td>{escape(kind)}</td><td>{escape(name)}</td><td>{escape(origin)}</td><td class="n">{gpus}</td>'
+                f"<td>{escape(message)}</td></tr>"
+            )
+        if not self.rows:
+            parts.append('<tr><td colspan="8">No findings.</td></tr>')
+        parts += ["</tbody></table><script>", _SCRIPT, "</script></body></html>\n"]
+        self.out.write("".join(parts))
+
+
+def _bars(series: Sequence[tuple[str, Sequence[int]]], width: int = 560) -> str:
+    """Horizontal stacked bars, one per label, scaled to the largest total; labels on the left."""
+    shown = [(label, counts) for label, counts in series if sum(counts)]
+    if not shown:
+        return '<p class="sub">No findings.</p>'
+    label_width, row, bar_area = 220, 26, width - 220 - 50
+    largest = max(sum(counts) for _, counts in shown)
+    height = row * len(shown) + 4
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">']
+    for index, (label, counts) in enumerate(shown):
+        y = index * row + 2
+        text = label if len(label) <= 30 else label[:29] + "…"
+        out.append(
+            f'<text x="{label_width - 8}" y="{y + 16}" text-anchor="end" font-size="12">'
+            f"<title>{escape(label)}</title>{escape(text)}</text>"
+        )
+        x = float(label_width)
+        for name, count in zip(_SERIES, counts, strict=True):
+            if count:
+                w = max(1.0, bar_area * count / largest)
+                out.append(
+                    f'<rect x="{x:.1f}" y="{y + 3}" width="{w:.1f}" height="{row - 8}" rx="2" '
+                    f'fill="{_COLOURS[name]}"><title>{_LABELS[name]}: {count}</title></rect>'
+                )
+                x += w
+        out.append(f'<text x="{x + 6:.1f}" y="{y + 16}" font-size="12">{sum(counts)}</text>')
+    out.append("</svg>")
+    return "".join(out)

@@ -1,0 +1,186 @@
+"""`gpu-webhook audit`: what the rules would do to manifests or to a live cluster's workloads.
+
+A thin door: sources -> webhook.audit.audit (the server's engine, as CREATE) -> a report.
+Exit 1 when a Deny rule fails (or a Warn rule, with --fail-on warn), 2 on usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from webhook.audit import Tally, audit, read_manifests, read_namespaces
+from webhook.audit.formats import FORMATS, make_report
+from webhook.audit.sources import Item, SourceError
+from webhook.commands.common import EXIT_FAILED, EXIT_OK, UsageError, default_rules_dir, load_ruleset
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "audit",
+        help="report what the rules would deny, warn about or patch",
+        description="Evaluate manifests (files, directories, - for stdin) or a live cluster's workloads "
+        "as CREATE requests and report what would be denied, warned about, audited or patched.",
+    )
+    parser.add_argument("paths", nargs="*", metavar="PATH", help="YAML/JSON files or directories; - reads stdin")
+    parser.add_argument("--rules", action="append", metavar="DIR", help="rule files or directories (repeatable)")
+    parser.add_argument("--namespace-objects", metavar="FILE", help="Namespace objects for namespaceObject")
+    cluster = parser.add_argument_group("live cluster")
+    cluster.add_argument("--cluster", action="store_true", help="audit the workloads of a live cluster")
+    cluster.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig file (default: $KUBECONFIG, in-cluster)")
+    cluster.add_argument("--context", metavar="NAME", help="kubeconfig context")
+    scope = cluster.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", metavar="NAME", help="only this namespace")
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace (the default)")
+    cluster.add_argument(
+        "--include-owned", action="store_true", help="also audit objects made by an audited controller (pods of a Job)"
+    )
+    cluster.add_argument("--page-size", type=int, default=500, metavar="N", help="objects per list request")
+    parser.add_argument("-o", "--output", choices=FORMATS, help="report format (table on a terminal, else json)")
+    parser.add_argument("--summary", action="store_true", help="table: only the summaries, no per-object details")
+    parser.add_argument("--apply", action="store_true", help="with -o policyreport: write the reports to the cluster")
+    parser.add_argument("--fail-on", choices=("deny", "warn"), default="deny", help="what makes the exit code 1")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.cluster == bool(args.paths):
+        raise UsageError("give manifest PATHs or --cluster (one of the two)")
+    output = args.output or ("table" if sys.stdout.isatty() else "json")
+    if args.apply and output != "policyreport":
+        raise UsageError("--apply writes PolicyReports: use it with --output policyreport")
+    if args.page_size < 1:
+        raise UsageError("--page-size must be at least 1")
+    ruleset = load_ruleset(args.rules or [default_rules_dir()])
+    actions = {rule.name: rule.action for rule in ruleset.rules}
+
+    api = None
+    if args.cluster or args.apply:
+        from webhook.audit import cluster
+
+        try:
+            api = cluster.Api(cluster.connect(args.kubeconfig, args.context))
+        except cluster.ClusterError as error:
+            raise UsageError(str(error)) from None
+
+    report = make_report(output, sys.stdout, actions, details=not args.summary, fail_on=args.fail_on)
+    tally = Tally()
+    with _progress() as progress:
+        try:
+            if args.cluster:
+                items, namespaces = _cluster_items(api, args, progress)
+            else:
+                items = read_manifests(args.paths)
+                namespaces = read_namespaces(args.namespace_objects) if args.namespace_objects else {}
+            for result in audit(ruleset, items, namespaces):
+                tally.add(result)
+                report.add(result)
+                progress.advance()
+        except SourceError as error:
+            raise UsageError(str(error)) from None
+        except _cluster_error() as error:
+            raise UsageError(str(error)) from None
+    report.finish(tally)
+    sys.stdout.flush()
+
+    if args.apply:
+        _apply(api, report)
+    return EXIT_FAILED if tally.failed(args.fail_on) else EXIT_OK
+
+
+def _cluster_error() -> type[Exception]:
+    from webhook.audit.cluster import ClusterError
+
+    return ClusterError
+
+
+def _cluster_items(api: Any, args: argparse.Namespace, progress: _Progress) -> tuple[Iterator[Item], dict]:
+    from webhook.audit import cluster
+
+    namespaces = cluster.read_namespaces(api, args.namespace, limit=args.page_size)
+    items = cluster.read_workloads(
+        api,
+        namespace=args.namespace,
+        include_owned=args.include_owned,
+        limit=args.page_size,
+        progress=progress.page,
+        skipped=lambda kind: progress.note(f"{kind}: not served by this cluster, skipped"),
+    )
+    return items, namespaces
+
+
+def _apply(api: Any, report: Any) -> None:
+    from webhook.audit import cluster
+
+    for policy_report in report.builder.reports():
+        metadata = policy_report["metadata"]
+        where = f"{metadata['namespace']}/" if metadata.get("namespace") else ""
+        try:
+            outcome = cluster.apply_report(api, policy_report)
+        except cluster.ClusterError as error:
+            raise UsageError(str(error)) from None
+        print(f"{policy_report['kind']} {where}{metadata['name']} {outcome}", file=sys.stderr)
+
+
+class _Progress:
+    """A rich progress bar on stderr when it is a terminal; silent otherwise (CI logs, pipes)."""
+
+    def __init__(self) -> None:
+        self.bar: Any = None
+        self.task: Any = None
+        self.kind = "objects"
+        self.expected = 0
+
+    def start(self) -> None:
+        if not sys.stderr.isatty():
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        self.bar.start()
+        self.task = self.bar.add_task("auditing objects", total=None)
+
+    def page(self, kind: str, count: int, remaining: int | None) -> None:
+        if self.bar is None:
+            return
+        if kind != self.kind:
+            self.kind, self.expected = kind, 0
+        # remainingItemCount makes the total known after the first page of each kind
+        self.expected += count
+        done = self.bar.tasks[0].completed
+        total = done + self.expected + (remaining or 0) if remaining is not None else None
+        self.bar.update(self.task, description=f"auditing {kind}s", total=total)
+
+    def advance(self) -> None:
+        if self.bar is not None:
+            self.expected -= 1
+            self.bar.advance(self.task)
+
+    def note(self, message: str) -> None:
+        if self.bar is not None:
+            self.bar.console.print(message, style="dim")
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+@contextlib.contextmanager
+def _progress() -> Iterator[_Progress]:
+    progress = _Progress()
+    progress.start()
+    try:
+        yield progress
+    finally:
+        progress.stop()
