@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from conftest import REPO, RULES
 
+from tests.authoring.conftest import REPO, RULES
 from webhook.authoring.celfields import CelSyntaxError, field_problems, parse, scope_for
 from webhook.authoring.lint import _expressions
 from webhook.engine.yamlsource import load_documents

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 import yaml
-from conftest import REPO
 
+from tests.authoring.conftest import REPO
 from webhook.authoring.lint import lint
 
 DOC = REPO / "docs" / "authoring.md"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import shutil
 
 import yaml
-from conftest import RULES
+
+from tests.authoring.conftest import RULES
 
 POD = {
     "apiVersion": "v1",

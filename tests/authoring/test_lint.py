@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import RULES
+from tests.authoring.conftest import RULES
 
 
 def lint_lines(cli, path) -> tuple[int, list[str]]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import yaml
-from conftest import RULES
 from jsonschema import Draft202012Validator
 
+from tests.authoring.conftest import RULES
 from webhook.authoring.schemas import FILES, SHIPPED, render
 from webhook.engine.schema import POLICY_SCHEMA, TEST_SCHEMA
 

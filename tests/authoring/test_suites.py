@@ -8,8 +8,7 @@ import sys
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
-from conftest import RULES
-
+from tests.authoring.conftest import RULES
 from webhook.authoring.suite import is_subset, project
 
 
