@@ -94,6 +94,7 @@ class _Run:
         self.patcher: Patcher | None = None
         self._templates: list[Target] | None = None
         self._object_target: Target | None = None
+        self._denied_for_context: set[tuple[str, str]] = set()
 
     # -- targets ---------------------------------------------------------------------------------
     def targets(self, rule: Rule) -> list[Target]:
@@ -179,8 +180,11 @@ class _Run:
             return f"namespace {namespace!r} is in namespaces.exclude"
         if rule.needs_namespace and admission.namespace_object is None and namespace:
             if rule.on_missing_context == "Deny":
-                message = f"namespace {namespace!r} is not known yet (onMissingContext: Deny); retry shortly"
-                self._record(rule, target, message)
+                # once per rule and target, though a rule that mutates and validates is matched twice
+                if (rule.name, target.description) not in self._denied_for_context:
+                    self._denied_for_context.add((rule.name, target.description))
+                    message = f"namespace {namespace!r} is not known yet (onMissingContext: Deny); retry shortly"
+                    self._record(rule, target, message)
                 return "namespace context missing (denied)"
             return "namespace context missing (onMissingContext: Allow)"
         if match.namespace_selector is not None:
