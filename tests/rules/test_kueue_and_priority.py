@@ -93,6 +93,11 @@ class TestQueueRequired:
         obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "research"
         assert run(rule_pack("kueue-queue-required"), obj, self.required).allowed
 
+    def test_empty_queue_label_is_denied(self, rule_pack):
+        obj = job()
+        obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = ""
+        assert not run(rule_pack("kueue-queue-required"), obj, self.required).allowed
+
     def test_other_namespaces_are_free(self, rule_pack):
         assert run(rule_pack("kueue-queue-required"), job(), namespace("ml-research")).allowed
 
