@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 from rulekit import ROOT, RULES
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("gen_rules", ROOT / "docs" / "gen_rules.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    if "gen_rules" not in sys.modules:  # dataclasses look their module up in sys.modules
+        spec = importlib.util.spec_from_file_location("gen_rules", ROOT / "docs" / "gen_rules.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["gen_rules"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["gen_rules"]
 
 
 def test_rules_md_is_current():
