@@ -36,7 +36,9 @@ class KubeStub:
         self.open_watches = 0
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="kubestub", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, name="kubestub", daemon=True
+        )
 
     # -- life cycle ------------------------------------------------------------------------------
     @property
