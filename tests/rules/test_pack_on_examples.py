@@ -51,3 +51,41 @@ def test_patch_never_touches_a_cpu_only_template(pack, manifest, cpu_only):
     decision = run(pack, copy.deepcopy(original), namespace(original["metadata"]["namespace"], **CONTEXT))
     assert decision.patch
     assert not [op for op in decision.patch if op["path"].startswith(cpu_only)]
+
+
+def test_pod_of_a_patched_deployment_needs_no_further_patch(pack):
+    """The pod a ReplicaSet makes from the patched template, as the apiserver sends it, is already compliant."""
+    ns = namespace("ml-serving", **CONTEXT)
+    deployment = example("deployment-vllm-serving.yaml")
+    template = run(pack, copy.deepcopy(deployment), ns).mutated["spec"]["template"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            **template["metadata"],
+            "generateName": "vllm-mistral-7b-6d5f7c9b8-",
+            "namespace": "ml-serving",
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "vllm-mistral-7b-6d5f7c9b8", "controller": True}
+            ],
+        },
+        "spec": {**template["spec"], "priority": 1000000},  # resolved by the Priority plugin
+    }
+    decision = run(pack, pod, ns)
+    assert decision.patch == []
+    assert decision.allowed
+
+
+def test_labelled_bare_pod_converges(pack):
+    """priorityClassName plus removal of the resolved priority, then nothing on reinvocation."""
+    ns = namespace("ml-serving", **CONTEXT)
+    pod = example("pod-notebook.yaml")
+    pod["metadata"]["namespace"] = "ml-serving"
+    pod["metadata"]["labels"]["gpu-webhook.io/workload-type"] = "serving"
+    pod["spec"]["priority"] = 0
+    decision = run(pack, copy.deepcopy(pod), ns)
+    assert {"op": "remove", "path": "/spec/priority"} in decision.patch
+    patched = jsonpatch.apply_patch(pod, decision.patch)
+    assert patched["spec"]["priorityClassName"] == "gpu-critical" and "priority" not in patched["spec"]
+    patched["spec"]["priority"] = 1000000  # the Priority plugin runs again after our patch
+    assert run(pack, patched, ns).patch == []
