@@ -90,10 +90,15 @@ def api_group(obj: Mapping[str, Any]) -> str:
     return api_version.split("/", 1)[0]
 
 
-def owner_name(obj: Mapping[str, Any]) -> str:
+def object_name(obj: Mapping[str, Any]) -> str:
+    """name, or generateName for objects made by controllers (Pods of a ReplicaSet, Jobs of a JobSet)."""
     metadata = obj.get("metadata")
     name = metadata.get("name") or metadata.get("generateName") if isinstance(metadata, Mapping) else None
-    return f"{obj.get('kind', 'object')} {name or '<unnamed>'}"
+    return name or "<unnamed>"
+
+
+def owner_name(obj: Mapping[str, Any]) -> str:
+    return f"{obj.get('kind', 'object')} {object_name(obj)}"
 
 
 def pod_template_targets(obj: Mapping[str, Any]) -> list[Target]:
@@ -111,8 +116,8 @@ def pod_template_targets(obj: Mapping[str, Any]) -> list[Target]:
 def object_target(obj: Mapping[str, Any]) -> Target:
     """The whole object; its pod specs are its own (a Pod) or all of its templates'."""
     if obj.get("kind") == "Pod" and api_group(obj) == "":
-        name = obj.get("metadata", {}).get("name") if isinstance(obj.get("metadata"), Mapping) else None
-        return Target(description=f"pod {name or '<unnamed>'}", root=(), pod_specs=(("spec",),), is_pod=True)
+        # Pods made by controllers reach admission with generateName only ("web-7d9f-"): name that.
+        return Target(description=f"pod {object_name(obj)}", root=(), pod_specs=(("spec",),), is_pod=True)
     specs = tuple(t.pod_specs[0] for t in pod_template_targets(obj))
     return Target(description=owner_name(obj), root=(), pod_specs=specs, is_pod=False)
 

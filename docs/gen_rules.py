@@ -1,0 +1,252 @@
+"""Generate docs/rules.md from rules/ and examples/: every example message and patch comes from the engine.
+
+python docs/gen_rules.py            # rewrite docs/rules.md
+python docs/gen_rules.py --check    # exit 1 if docs/rules.md is stale (tests run this)
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from webhook.engine import AdmissionInput, evaluate, load_rules
+
+ROOT = Path(__file__).resolve().parents[1]
+RULES = ROOT / "rules"
+EXAMPLES = ROOT / "examples"
+OUTPUT = ROOT / "docs" / "rules.md"
+
+
+def _example(name: str) -> dict[str, Any]:
+    return yaml.safe_load((EXAMPLES / name).read_text())
+
+
+def _namespace(name: str, labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
+    }
+
+
+def _pod(name: str, resources: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
+    container = {"name": "main", "image": "nvcr.io/nvidia/pytorch:24.08-py3"}
+    if resources is not None:
+        container["resources"] = resources
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "team-a"},
+        "spec": {"priority": 0, "containers": [container], **spec},
+    }
+
+
+GPU = {
+    "requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"},
+    "limits": {"memory": "16Gi", "nvidia.com/gpu": "1"},
+}
+TENANT = {"gpu-webhook.io/tenant": "true"}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One object through one rule; the doc shows what the engine answered."""
+
+    describe: str
+    build: Callable[[], dict[str, Any]]
+    namespace: dict[str, Any] | None = None
+
+
+def _with(name: str, change: Callable[[dict[str, Any]], None]) -> Callable[[], dict[str, Any]]:
+    def build() -> dict[str, Any]:
+        obj = _example(name)
+        change(obj)
+        return obj
+
+    return build
+
+
+def _labelled_pod() -> dict[str, Any]:
+    pod = _pod("notebook", GPU)
+    pod["metadata"]["labels"] = {"gpu-webhook.io/workload-type": "serving"}
+    return pod
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "cpu-pods-off-gpu-nodes": Scenario(
+        "a CPU-only pod that tolerates the GPU taint",
+        lambda: _pod("etl", {"requests": {"cpu": "2"}}, tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}]),
+    ),
+    "gpu-container-resources": Scenario("examples/job-finetune.yaml", lambda: _example("job-finetune.yaml")),
+    "gpu-cost-labels": Scenario(
+        "examples/deployment-vllm-serving.yaml in a namespace labelled team=llm, cost-center=cc-4711",
+        lambda: _example("deployment-vllm-serving.yaml"),
+        _namespace("ml-serving", {"team": "llm", "cost-center": "cc-4711"}),
+    ),
+    "gpu-node-affinity": Scenario("examples/pod-notebook.yaml", lambda: _example("pod-notebook.yaml")),
+    "gpu-per-pod-ceiling": Scenario(
+        "examples/jobset-llm-pretrain.yaml (8 GPUs per worker) in a namespace annotated max-gpus-per-pod: 4",
+        lambda: _example("jobset-llm-pretrain.yaml"),
+        _namespace("ml-research", annotations={"gpu-webhook.io/max-gpus-per-pod": "4"}),
+    ),
+    "gpu-requests-equal-limits": Scenario(
+        "examples/replicaset-embedder.yaml", lambda: _example("replicaset-embedder.yaml")
+    ),
+    "gpu-toleration": Scenario("examples/rayjob-batch-inference.yaml", lambda: _example("rayjob-batch-inference.yaml")),
+    "kueue-priority-class": Scenario("examples/mpijob-horovod.yaml", lambda: _example("mpijob-horovod.yaml")),
+    "kueue-queue-name": Scenario(
+        "examples/job-finetune.yaml in a namespace annotated gpu-webhook.io/queue: research",
+        lambda: _example("job-finetune.yaml"),
+        _namespace("ml-research", annotations={"gpu-webhook.io/queue": "research"}),
+    ),
+    "kueue-queue-required": Scenario(
+        'examples/tfjob-resnet.yaml in a namespace labelled gpu-webhook.io/queue-required: "true"',
+        lambda: _example("tfjob-resnet.yaml"),
+        _namespace("ml-research", {"gpu-webhook.io/queue-required": "true"}),
+    ),
+    "mig-profiles": Scenario(
+        "examples/cronjob-nightly-eval.yaml (mig-1g.10gb) in a namespace that allows only 2g.20gb",
+        lambda: _example("cronjob-nightly-eval.yaml"),
+        _namespace("ml-research", annotations={"gpu-webhook.io/allowed-mig-profiles": "2g.20gb"}),
+    ),
+    "no-gpu-device-hostpath": Scenario(
+        "a tenant pod mounting /dev/nvidia0 from the host",
+        lambda: _pod("probe", GPU, volumes=[{"name": "gpu0", "hostPath": {"path": "/dev/nvidia0"}}]),
+        _namespace("team-a", TENANT),
+    ),
+    "no-host-namespaces-on-gpu-pods": Scenario(
+        "a GPU pod with hostIPC in a tenant namespace",
+        lambda: _pod("nccl-test", GPU, hostIPC=True),
+        _namespace("team-a", TENANT),
+    ),
+    "no-privileged-in-tenants": Scenario(
+        "a privileged container in a tenant namespace",
+        lambda: {**_pod("debug"), "spec": {"containers": [{"name": "shell", "securityContext": {"privileged": True}}]}},
+        _namespace("team-a", TENANT),
+    ),
+    "no-timeslicing-in-production": Scenario(
+        "a pod requesting nvidia.com/gpu.shared in a namespace labelled environment=production",
+        lambda: _pod("chatbot", {"limits": {"memory": "8Gi", "nvidia.com/gpu.shared": "1"}}),
+        _namespace("team-a", {"environment": "production"}),
+    ),
+    "no-visible-devices-without-gpu": Scenario(
+        "a container setting NVIDIA_VISIBLE_DEVICES=all without a GPU request",
+        lambda: {
+            **_pod("sneaky"),
+            "spec": {"containers": [{"name": "main", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]},
+        },
+    ),
+    "priority-class-allowed": Scenario(
+        "a tenant GPU pod with priorityClassName system-cluster-critical",
+        lambda: _pod("greedy", GPU, priorityClassName="system-cluster-critical"),
+        _namespace("team-a", TENANT),
+    ),
+    "priority-class-by-workload": Scenario(
+        "examples/deployment-vllm-serving.yaml",
+        lambda: _example("deployment-vllm-serving.yaml"),
+    ),
+    "serving-readiness-probe": Scenario(
+        "examples/deployment-vllm-serving.yaml", lambda: _example("deployment-vllm-serving.yaml")
+    ),
+    "spot-training-checkpoint": Scenario("examples/pytorchjob-llama2.yaml", lambda: _example("pytorchjob-llama2.yaml")),
+}
+# A second object for rules whose interesting patch differs by target kind.
+EXTRA: dict[str, Scenario] = {
+    "priority-class-by-workload": Scenario("a bare Pod labelled gpu-webhook.io/workload-type: serving", _labelled_pod),
+}
+
+
+def _header(text: str) -> str:
+    lines = []
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line[1:].strip())
+    return " ".join(lines)
+
+
+def _params_block(text: str) -> str:
+    found = re.search(r"^  params:\n((?:    .*\n|\s*\n)+)", text, re.M)
+    return "\n".join(line[4:] for line in found.group(1).rstrip().splitlines()) if found else ""
+
+
+def _outcome(rule_file: Path, scenario: Scenario) -> list[str]:
+    ruleset = load_rules(rule_file).ruleset
+    assert ruleset is not None
+    obj = scenario.build()
+    ns = scenario.namespace or _namespace(obj["metadata"].get("namespace", "default"))
+    decision = evaluate(
+        ruleset,
+        AdmissionInput(object=copy.deepcopy(obj), namespace=obj["metadata"].get("namespace"), namespace_object=ns),
+    )
+    out = [f"Input: {scenario.describe}.", ""]
+    if decision.errors:
+        raise SystemExit(f"{rule_file.name}: evaluation error in the doc scenario: {decision.errors}")
+    for label, found in (("Denial", decision.violations), ("Warning", decision.warnings)):
+        for violation in found:
+            out += [f"{label}:", "", "```", violation.message, "```", ""]
+    if decision.patch:
+        out += ["Patch:", "", "```json", json.dumps(decision.patch, indent=2), "```", ""]
+    if not (decision.violations or decision.warnings or decision.patch):
+        raise SystemExit(f"{rule_file.name}: the doc scenario triggers nothing")
+    return out
+
+
+def render() -> str:
+    out = [
+        "# The default rule pack",
+        "",
+        "Generated by `python docs/gen_rules.py` from `rules/` and `examples/`: every message and patch below",
+        "is what the engine answered. Edit the rules or the generator, not this file.",
+        "",
+        "Rules written for `Pod` also apply to the pod templates of every workload kind (DESIGN §4);",
+        "rules listing job kinds act on the top-level job object, where Kueue reads its labels.",
+        "",
+    ]
+    files = sorted(RULES.glob("*.yaml"))
+    out += [f"- [{f.stem}](#{f.stem})" for f in files] + [""]
+    for file in files:
+        text = file.read_text()
+        rule = yaml.safe_load(text)
+        spec = rule["spec"]
+        match = spec["match"]
+        out += [f"## {file.stem}", "", rule["metadata"]["annotations"]["gpu-webhook.io/description"], ""]
+        out += [f"**Why.** {_header(text)}", ""]
+        kinds = ", ".join(match["kinds"]) + (" (and every pod template)" if "Pod" in match["kinds"] else "")
+        does = spec.get("action", "Deny") if "validate" in spec else "Mutate"
+        if "validate" in spec and "mutate" in spec:
+            does = f"Mutate, then {does}"
+        out += [f"**Does:** {does} · **Kinds:** {kinds} · **Operations:** {', '.join(match['operations'])}", ""]
+        params = _params_block(text)
+        if params:
+            out += ["**Params** (with their defaults):", "", "```yaml", params, "```", ""]
+        else:
+            out += ["**Params:** none; the mutation's arguments are in the rule.", ""]
+        out += ["**Example.**", ""]
+        out += _outcome(file, SCENARIOS[file.stem])
+        if file.stem in EXTRA:
+            out += _outcome(file, EXTRA[file.stem])
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main(argv: list[str]) -> int:
+    text = render()
+    if "--check" in argv:
+        if OUTPUT.read_text() != text:
+            print("docs/rules.md is stale: run python docs/gen_rules.py", file=sys.stderr)
+            return 1
+        return 0
+    OUTPUT.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,20 @@
+"""The shipped pack loads, and every rule documents itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from tests.rules.rulekit import RULES
+
+
+def test_every_rule_file_holds_one_documented_rule(pack):
+    files = sorted(RULES.glob("*.yaml"))
+    assert len(files) == len(pack.rules)
+    for file in files:
+        text = file.read_text()
+        assert text.startswith("#"), f"{file.name}: no header comment"
+        (document,) = list(yaml.safe_load_all(text))
+        assert document["metadata"]["name"] == Path(file).stem
+        assert document["metadata"]["annotations"]["gpu-webhook.io/description"]
