@@ -2,9 +2,10 @@
 
 Expressions are compiled once per rule-set load. At request time they run against an
 `Activation`, which wraps the live Python dicts lazily: building one costs ~1.5 µs
-whatever the object's size, whereas passing a map into a Python-implemented function
-converts it deeply (over 1 ms for a 50-container pod). So helpers that need the
-whole pod spec are computed in Python once per target and bound as variables.
+whatever the object's size. Calls into Python-implemented functions with arguments
+leak memory in the binding and convert maps deeply, so the helpers are rewritten into
+plain CEL over per-target values (celhelpers.py). Each expression is compiled twice:
+the author's text for diagnostics and types, the rewritten text to run.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from cel_expr_python import cel
-from cel_expr_python.ext import ext_strings
+from cel_expr_python.ext import ext_bindings, ext_strings
 
+from . import celhelpers
 from .quantity import QuantityError, parse_quantity
 from .resources import Accelerators
 
@@ -31,9 +33,8 @@ VARIABLES = (
     "containers",
     "target",
 )
-# `gpuCount(podSpec)` is by far the most common helper call; it reads the value computed for the target.
-_GPU_COUNT_OF_TARGET = re.compile(r"\bgpuCount\(\s*podSpec\s*\)")
-_TARGET_GPUS = "targetGpuCount"
+# Values computed in Python for the target being evaluated, read by the rewritten helpers.
+TARGET_VARIABLES = ("targetGpuCount", "containerGpus", "quantities", "accelerators")
 _POSITION = re.compile(r"<input>:(\d+):(\d+):")
 
 
@@ -50,14 +51,10 @@ class CelEvaluationError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class CompiledExpression:
-    text: str
-    program: Any
-    references: frozenset[str]
-
-    @property
-    def result_type(self) -> str:
-        """The checker's type of the result: BOOL, STRING, LIST<STRING>, DYN, ..."""
-        return str(self.program.return_type())
+    text: str  # as the author wrote it
+    program: Any  # what runs: the helpers rewritten into plain CEL
+    references: frozenset[str]  # variables the program reads
+    result_type: str  # the checker's type of the result: BOOL, STRING, LIST<STRING>, DYN, ...
 
     def evaluate(self, activation: Any) -> Any:
         result = self.program.eval(activation)
@@ -72,13 +69,18 @@ class CelEnvironment:
     def __init__(self, accelerators: Accelerators) -> None:
         self.accelerators = accelerators
         dyn = cel.Type.DYN
-        variables = {name: dyn for name in VARIABLES}
-        variables[_TARGET_GPUS] = cel.Type.INT
+        variables = {name: dyn for name in (*VARIABLES, *TARGET_VARIABLES)}
+        variables["targetGpuCount"] = cel.Type.INT
         self._env = cel.NewEnv(
             variables=variables,
-            extensions=[ext_strings.ExtStrings()],
+            extensions=[ext_strings.ExtStrings(), ext_bindings.ExtBindings()],
             functions=self._functions(),
         )
+        # bound into every activation; the same object each time, so it costs nothing per request
+        self.accelerator_table = {
+            "exact": dict.fromkeys(accelerators.exact, True),
+            "prefixes": list(accelerators.prefixes),
+        }
 
     def _functions(self) -> list[Any]:
         t = cel.Type
@@ -103,6 +105,14 @@ class CelEnvironment:
                 "containerGpuCount",
                 [cel.Overload("container_gpu_count_map", t.INT, [spec_map], impl=self._container_count)],
             ),
+            # fallbacks of the rewritten quantity helpers, for strings not found in the pod's resources
+            cel.FunctionDecl(
+                celhelpers.QUANTITY_FALLBACK, [cel.Overload("gw_quantity_of", t.DOUBLE, [t.STRING], impl=_quantity)]
+            ),
+            cel.FunctionDecl(
+                celhelpers.IS_QUANTITY_FALLBACK,
+                [cel.Overload("gw_is_quantity_of", t.BOOL, [t.STRING], impl=_is_quantity)],
+            ),
         ]
 
     def _is_accelerator(self, name: str) -> bool:
@@ -114,26 +124,25 @@ class CelEnvironment:
     def compile(self, text: str) -> CompiledExpression:
         if not isinstance(text, str) or not text.strip():
             raise CelCompileError("expression is empty")
-        source = _GPU_COUNT_OF_TARGET.sub(_TARGET_GPUS, text)
         try:
-            program = self._env.compile(source)
+            checked = self._env.compile(text)  # the author's text: exact positions and result types
         except RuntimeError as error:
             message = str(error)
             found = _POSITION.search(message)
-            # the runtime's columns are 1-based already; map them back through the gpuCount rewrite
-            line, column = (int(found.group(1)), int(found.group(2))) if found else (1, 1)
-            offset = _original_offset(text, _offset(source, line, column))
-            line, column = _line_column(text, offset)
-            raise CelCompileError(_clean(message, text, line, column), line, column) from None
-        references = frozenset(name for name in (*VARIABLES, _TARGET_GPUS) if re.search(rf"\b{name}\b", source))
-        return CompiledExpression(text=text, program=program, references=references)
+            line, column = (int(found.group(1)), int(found.group(2))) if found else (1, 1)  # 1-based already
+            raise CelCompileError(_clean(message), line, column) from None
+        try:
+            source = celhelpers.rewrite(text)
+            program = self._env.compile(source) if source != text else checked
+        except (celhelpers.RewriteError, RuntimeError):
+            source, program = text, checked  # correct, only slower: the helpers run in Python
+        references = frozenset(name for name in (*VARIABLES, *TARGET_VARIABLES) if re.search(rf"\b{name}\b", source))
+        return CompiledExpression(
+            text=text, program=program, references=references, result_type=str(checked.return_type())
+        )
 
     def activation(self, variables: Mapping[str, Any]) -> Any:
         return self._env.Activation(variables)
-
-
-def target_gpu_variable() -> str:
-    return _TARGET_GPUS
 
 
 def _quantity(text: str) -> float:
@@ -143,7 +152,7 @@ def _quantity(text: str) -> float:
         raise ValueError(str(error)) from None
 
 
-def _is_quantity(text: str) -> bool:
+def _is_quantity(text: Any) -> bool:
     try:
         parse_quantity(text)
     except QuantityError:
@@ -151,42 +160,11 @@ def _is_quantity(text: str) -> bool:
     return True
 
 
-def _clean(message: str, text: str | None = None, line: int = 1, column: int = 1) -> str:
-    """Drop the runtime's status-code noise; keep the text and a caret diagram of the author's text.
-
-    The runtime's own diagram shows the rewritten source (gpuCount(podSpec) replaced), so it is
-    redrawn from the original text.
-    """
+def _clean(message: str) -> str:
+    """Drop the runtime's status-code noise; keep the text and its caret diagram."""
     message = re.sub(r"^[A-Z_]+: ", "", message.strip())
     message = re.sub(r"^ERROR: ", "", message)
     message = re.sub(r"\s*\[[A-Z_]+\]$", "", message)
-    if text is None:
-        return message
-    first = _POSITION.sub("", message.split("\n", 1)[0]).strip()
-    source_lines = text.split("\n")
-    shown = source_lines[line - 1] if 0 < line <= len(source_lines) else ""
-    return f"{first}\n | {shown}\n | {'.' * (column - 1)}^"
-
-
-def _offset(text: str, line: int, column: int) -> int:
-    """0-based offset of a 1-based (line, column) in text."""
-    lines = text.split("\n")
-    return sum(len(lines[i]) + 1 for i in range(min(line - 1, len(lines)))) + column - 1
-
-
-def _line_column(text: str, offset: int) -> tuple[int, int]:
-    before = text[:offset]
-    return before.count("\n") + 1, offset - (before.rfind("\n") + 1) + 1
-
-
-def _original_offset(text: str, offset: int) -> int:
-    """An offset in the rewritten source -> the same place in the author's text."""
-    shift = 0
-    for found in _GPU_COUNT_OF_TARGET.finditer(text):
-        rewritten_start = found.start() - shift
-        if rewritten_start >= offset:
-            break
-        if offset < rewritten_start + len(_TARGET_GPUS):
-            return found.start()
-        shift += len(found.group(0)) - len(_TARGET_GPUS)
-    return offset + shift
+    first, _, diagram = message.partition("\n")
+    first = _POSITION.sub("", first).strip()
+    return f"{first}\n{diagram}" if diagram else first

@@ -11,18 +11,19 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import orjson
 
-from .cel import CelEvaluationError, CompiledExpression, target_gpu_variable
+from .cel import CelEvaluationError, CompiledExpression
 from .model import Action, Decision, Mode, Phase, Rule, RuleTrace, Target, Violation
 from .mutate import MutationContext, MutationError
 from .patch import PatchConflict, Patcher
+from .quantity import QuantityError, parse_quantity
+from .resources import Accelerators
 from .ruleset import RuleSet
 from .workloads import object_target, pod_template_targets
-
-_TARGET_GPUS = target_gpu_variable()
 
 
 @dataclass(slots=True)
@@ -113,6 +114,8 @@ class _Run:
         self._templates: list[Target] | None = None
         self._object_target: Target | None = None
         self._refused_for_context: set[tuple[str, str]] = set()
+        self._facts: dict[tuple[str | int, ...], _TargetFacts] = {}
+        self._facts_version = 0  # patch length the cached facts were computed at
 
     # -- targets ---------------------------------------------------------------------------------
     def targets(self, rule: Rule) -> list[Target]:
@@ -238,26 +241,48 @@ class _Run:
                 return True
         return False
 
+    def _target_facts(self, target: Target) -> _TargetFacts:
+        """What every rule needs to know about a target, computed once per target (and per edit)."""
+        version = len(self.patcher.operations) if self.patcher is not None else 0
+        if version != self._facts_version:
+            self._facts.clear()  # a mutation may have changed what the cached facts were read from
+            self._facts_version = version
+        facts = self._facts.get(target.root)
+        if facts is None:
+            pod_specs = [_at(self.working, path) for path in target.pod_specs]
+            accelerators = self.ruleset.accelerators
+            facts = _TargetFacts(
+                pod_specs=pod_specs,
+                containers=_containers(pod_specs),
+                gpus=sum(accelerators.pod_count(spec) for spec in pod_specs),
+            )
+            self._facts[target.root] = facts
+        return facts
+
     def _gpus(self, target: Target) -> int:
-        accelerators = self.ruleset.accelerators
-        return sum(accelerators.pod_count(_at(self.working, path)) for path in target.pod_specs)
+        return self._target_facts(target).gpus
 
     def _activation(self, rule: Rule, target: Target) -> Any:
-        pod_specs = [_at(self.working, path) for path in target.pod_specs]
-        return self.ruleset.env.activation(
-            {
-                "object": self.admission.object if self.admission.object is None else self.working,
-                "oldObject": self.admission.old_object,
-                "request": self.admission.request,
-                "namespaceObject": self.admission.namespace_object,
-                "params": rule.params,
-                "podSpec": pod_specs[0] if len(pod_specs) == 1 else None,
-                "podSpecs": pod_specs,
-                "containers": _containers(pod_specs),
-                "target": target.description,
-                _TARGET_GPUS: self._gpus(target),
-            }
-        )
+        facts = self._target_facts(target)
+        references = rule.references
+        variables = {
+            "object": self.admission.object if self.admission.object is None else self.working,
+            "oldObject": self.admission.old_object,
+            "request": self.admission.request,
+            "namespaceObject": self.admission.namespace_object,
+            "params": rule.params,
+            "podSpec": facts.pod_specs[0] if len(facts.pod_specs) == 1 else None,
+            "podSpecs": facts.pod_specs,
+            "containers": facts.containers,
+            "target": target.description,
+            "targetGpuCount": facts.gpus,
+            "accelerators": self.ruleset.env.accelerator_table,
+        }
+        if "containerGpus" in references:
+            variables["containerGpus"] = facts.container_gpus(self.ruleset.accelerators)
+        if "quantities" in references:
+            variables["quantities"] = facts.quantities()
+        return self.ruleset.env.activation(variables)
 
     def _message(self, rule: Rule, target: Target, activation: Any) -> str:
         validation = rule.validate
@@ -309,6 +334,59 @@ def _failures(result: Any, rule: Rule) -> list[str] | None:
     if isinstance(result, list) and all(isinstance(item, str) for item in result):
         return list(result)
     return None
+
+
+@dataclass(slots=True)
+class _TargetFacts:
+    pod_specs: list[Any]
+    containers: list[Any]
+    gpus: int
+    _container_gpus: dict[str, int] | None = None
+    _quantities: dict[str, float] | None = None
+
+    def container_gpus(self, accelerators: Accelerators) -> dict[str, int]:
+        if self._container_gpus is None:
+            self._container_gpus = {
+                c["name"]: accelerators.container_count(c)
+                for c in self.containers
+                if isinstance(c, Mapping) and isinstance(c.get("name"), str)
+            }
+        return self._container_gpus
+
+    def quantities(self) -> dict[str, float]:
+        """Every quantity written in the containers' resources, by its text (as CEL's string() gives it)."""
+        if self._quantities is None:
+            found: dict[str, float] = {}
+            for container in self.containers:
+                resources = container.get("resources") if isinstance(container, Mapping) else None
+                if not isinstance(resources, Mapping):
+                    continue
+                for section in (resources.get("requests"), resources.get("limits")):
+                    if isinstance(section, Mapping):
+                        for value in section.values():
+                            number = _quantity_value(value)
+                            if number is not None:
+                                found[_cel_string(value)] = number
+            self._quantities = found
+        return self._quantities
+
+
+@lru_cache(maxsize=4096)
+def _quantity_text_value(text: str) -> float | None:
+    try:
+        return float(parse_quantity(text))
+    except QuantityError:
+        return None
+
+
+def _quantity_value(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return None
+    return _quantity_text_value(str(value))
+
+
+def _cel_string(value: Any) -> str:
+    return value if isinstance(value, str) else str(value)
 
 
 def _containers(pod_specs: list[Any]) -> list[Any]:

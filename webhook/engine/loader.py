@@ -294,7 +294,8 @@ def _compile_rule(document: Document, env: CelEnvironment, errors: list[LoadErro
     if validation and validation.message_expression:
         compiled.append(validation.message_expression)
     compiled.extend(e for m in mutations for e in _mutation_expressions(m))
-    needs_namespace = match.namespace_selector is not None or any("namespaceObject" in e.references for e in compiled)
+    references = frozenset().union(*(e.references for e in compiled))
+    needs_namespace = match.namespace_selector is not None or "namespaceObject" in references
     annotations = data["metadata"].get("annotations") or {}
     return Rule(
         name=name,
@@ -308,6 +309,7 @@ def _compile_rule(document: Document, env: CelEnvironment, errors: list[LoadErro
         failure_policy=spec.get("failurePolicy", "Fail"),
         on_missing_context=spec.get("onMissingContext", "Allow"),
         needs_namespace=needs_namespace,
+        references=references,
         source=_location(document, ()),
     )
 

@@ -105,6 +105,7 @@ class Rule:
     on_missing_context: str  # Allow | Deny: when namespaceObject is needed but unknown
     needs_namespace: bool
     source: SourceLocation
+    references: frozenset[str] = frozenset()  # variables its expressions read (what to compute for it)
 
 
 @dataclass(frozen=True, slots=True)
