@@ -45,13 +45,13 @@ class LiveServer:
             return response.status, await response.text()
 
 
-async def start_server(cert_dir: Path, rules_dir: Path, **overrides: Any) -> Server:
+async def start_server(cert_dir: Path, rules_dir: Path, namespaces: Any = None, **overrides: Any) -> Server:
     # debug level exercises every logging path (decision logs with traces) in every server test
     logging.getLogger("gpu_webhook").setLevel(logging.DEBUG)
     config = ServerConfig(
         rules=[str(rules_dir)], cert_dir=str(cert_dir), port=0, reload_interval=0.05, shutdown_timeout=5, **overrides
     )
-    server = Server(config)
+    server = Server(config, namespaces=namespaces)
     await server.start()
     return server
 

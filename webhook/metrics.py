@@ -59,6 +59,11 @@ class Metrics:
             "Unix time at which the serving certificate expires.",
             registry=r,
         )
+        self.namespaces_synced = Gauge(
+            "gpu_webhook_namespace_cache_synced",
+            "1 once the namespace watch cache has listed the cluster's namespaces.",
+            registry=r,
+        )
         self.cert_reloads = Counter("gpu_webhook_certificate_reloads", "Serving certificate reloads.", registry=r)
 
     def observe(self, endpoint: str, operation: str, kind: str, decision: str, seconds: float) -> None:

@@ -35,9 +35,16 @@ CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 
 
 class NamespaceSource(Protocol):
-    """Anything that answers `get(name)` from memory: the namespace watch cache in a cluster."""
+    """Answers `get(name)` from memory: the namespace watch cache (webhook.kube) in a cluster."""
+
+    @property
+    def synced(self) -> bool: ...
 
     def get(self, name: str) -> dict[str, Any] | None: ...
+
+    def start(self) -> None: ...
+
+    def stop(self, timeout: float = 5.0) -> None: ...
 
 
 @dataclass
@@ -199,6 +206,10 @@ def readiness(state: ServerState) -> tuple[bool, dict[str, Any]]:
         "stopping": state.stopping,
     }
     ready = rules.ruleset is not None and not state.stopping
+    if state.namespaces is not None:
+        # until the first list, rules that read namespaceObject fall back to onMissingContext
+        detail["namespaces"] = {"synced": state.namespaces.synced}
+        ready = ready and state.namespaces.synced
     if state.certs is not None:
         detail["certificate"] = {
             "notAfter": state.certs.not_after,
@@ -273,6 +284,9 @@ class Server:
         self.state.background.append(
             asyncio.create_task(watch(self.state.rules, self.state.certs, config.reload_interval))
         )
+        if self.state.namespaces is not None:
+            self.state.namespaces.start()
+            self.metrics.namespaces_synced.set_function(lambda: float(self.state.namespaces.synced))
         log.info(
             "serving",
             extra={"address": f"https://{config.host}:{self.port}", "mode": str(config.mode), "rules": config.rules},
@@ -300,6 +314,8 @@ class Server:
                 await task
         for runner in self._runners:
             await runner.cleanup()
+        if state.namespaces is not None:
+            await asyncio.to_thread(state.namespaces.stop)
         log.info("stopped", extra={"unfinished": state.in_flight})
 
     async def run(self) -> None:

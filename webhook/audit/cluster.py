@@ -9,7 +9,6 @@ and each page is parsed with orjson. Pages are `limit` items long and followed w
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,9 +16,9 @@ from urllib.parse import quote
 
 import orjson
 from kubernetes import client as kube_client
-from kubernetes import config as kube_config
 
 from webhook.engine.workloads import WORKLOAD_KINDS
+from webhook.kube.connect import ClusterError, connect  # noqa: F401 - re-exported for the audit command
 
 from .sources import Item
 
@@ -49,24 +48,6 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("ray.io", ("v1", "v1alpha1"), "rayclusters", "RayCluster"),
     Resource("leaderworkerset.x-k8s.io", ("v1",), "leaderworkersets", "LeaderWorkerSet"),
 )
-
-
-class ClusterError(Exception):
-    """The API server refused or could not be reached: reported as a usage error (exit 2)."""
-
-
-def connect(kubeconfig: str | None = None, context: str | None = None) -> kube_client.ApiClient:
-    """An ApiClient from a kubeconfig (file, $KUBECONFIG, ~/.kube/config), else in-cluster config."""
-    in_cluster = "KUBERNETES_SERVICE_HOST" in os.environ
-    default_config = os.path.expanduser(os.environ.get("KUBECONFIG", "~/.kube/config").split(os.pathsep)[0])
-    try:
-        if kubeconfig or context or not in_cluster or os.path.exists(default_config):
-            return kube_config.new_client_from_config(config_file=kubeconfig, context=context)
-        configuration = kube_client.Configuration()
-        kube_config.load_incluster_config(client_configuration=configuration)
-        return kube_client.ApiClient(configuration)
-    except (kube_config.ConfigException, OSError) as error:
-        raise ClusterError(f"cannot load cluster configuration: {error}") from None
 
 
 class Api:

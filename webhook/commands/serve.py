@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from webhook import logs
 from webhook.certs import CA_FILE, ensure_dev_certificates
 from webhook.commands.common import UsageError, default_rules_dir
 from webhook.engine import Mode
-from webhook.server import Server, ServerConfig
+from webhook.server import NamespaceSource, Server, ServerConfig
 
 log = logging.getLogger("gpu_webhook.serve")
 
@@ -38,8 +39,30 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--shutdown-timeout", type=float, default=25.0, help="seconds in-flight requests get on SIGTERM"
     )
     parser.add_argument("--drain-delay", type=float, default=0.0, help="seconds to keep serving after SIGTERM")
+    parser.add_argument(
+        "--namespaces",
+        choices=["auto", "watch", "off"],
+        default="auto",
+        help="watch Namespaces for namespaceObject (auto: when in a cluster or given --kubeconfig/--context)",
+    )
+    parser.add_argument("--kubeconfig", help="kubeconfig for the namespace watch (default: in-cluster)")
+    parser.add_argument("--context", help="kubeconfig context for the namespace watch")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.set_defaults(run=run)
+
+
+def _namespace_cache(args: argparse.Namespace) -> NamespaceSource | None:
+    wanted = args.namespaces == "watch" or (
+        args.namespaces == "auto" and bool(args.kubeconfig or args.context or os.environ.get("KUBERNETES_SERVICE_HOST"))
+    )
+    if not wanted:
+        return None
+    from webhook.kube import ClusterError, NamespaceCache, connect
+
+    try:
+        return NamespaceCache(connect(args.kubeconfig, args.context))
+    except ClusterError as error:
+        raise UsageError(str(error)) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
     )
     try:
-        server = Server(config)
+        server = Server(config, namespaces=_namespace_cache(args))
     except (ValueError, OSError) as error:
         raise UsageError(f"cannot start:\n{error}") from None
     asyncio.run(server.run())
