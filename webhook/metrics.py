@@ -35,7 +35,7 @@ class Metrics:
         )
         self.rule_results = Counter(
             "gpu_webhook_rule_results",
-            "Rule outcomes that affect a request: deny, warn, audit (incl. would-be denials in audit mode).",
+            "Rule outcomes: deny, warn, audit, and would_deny (a Deny rule failing while the server runs in audit mode).",
             ["rule", "action"],
             registry=r,
         )
@@ -73,7 +73,7 @@ class Metrics:
     def observe_rules(self, decision: Decision) -> None:
         for bucket, action in ((decision.violations, "deny"), (decision.warnings, "warn"), (decision.audits, "audit")):
             for violation in bucket:
-                self.rule_results.labels(violation.rule, action).inc()
+                self.rule_results.labels(violation.rule, "would_deny" if violation.relaxed else action).inc()
         for error in decision.errors:
             self.rule_errors.labels(error.split(":", 1)[0]).inc()
 

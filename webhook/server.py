@@ -161,7 +161,9 @@ def _admission_handler(phase: Phase, endpoint: str) -> Callable[[web.Request], A
 
 
 def _log_decision(review: Any, decision: Any, outcome: str, endpoint: str) -> None:
-    level = logging.INFO if outcome == "denied" else logging.DEBUG
+    # denials, and what audit mode let through that enforce mode would have denied, at info
+    would_deny = [f"{v.rule}: {v.message}" for v in decision.audits if v.relaxed]
+    level = logging.INFO if outcome == "denied" or would_deny else logging.DEBUG
     if not log.isEnabledFor(level):
         return
     extra: dict[str, Any] = {
@@ -177,6 +179,7 @@ def _log_decision(review: Any, decision: Any, outcome: str, endpoint: str) -> No
         "violations": [f"{v.rule}: {v.message}" for v in decision.violations],
         "warnings": [f"{v.rule}: {v.message}" for v in decision.warnings],
         "audits": [f"{v.rule}: {v.message}" for v in decision.audits],
+        "wouldDeny": would_deny,
         "patch": decision.patch,
     }
     if decision.trace:

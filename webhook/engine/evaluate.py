@@ -300,9 +300,12 @@ class _Run:
 
     def _record(self, rule: Rule, target: Target, message: str) -> None:
         action = rule.action
-        if action == Action.DENY and self.mode == Mode.AUDIT:
+        relaxed = action == Action.DENY and self.mode == Mode.AUDIT
+        if relaxed:
             action = Action.AUDIT
-        violation = Violation(rule=rule.name, action=action, message=message, target=target.description)
+        violation = Violation(
+            rule=rule.name, action=action, message=message, target=target.description, relaxed=relaxed
+        )
         bucket = {
             Action.DENY: self.decision.violations,
             Action.WARN: self.decision.warnings,

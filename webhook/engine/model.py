@@ -141,6 +141,7 @@ class Violation:
     action: Action
     message: str
     target: str
+    relaxed: bool = False  # a Deny recorded as Audit because the server runs in audit mode
 
 
 @dataclass(slots=True)
