@@ -47,7 +47,11 @@ def deployment() -> dict:
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": "inference", "namespace": "team-a"},
-        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "x"}}, "template": {"metadata": {}, "spec": pod["spec"]}},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "x"}},
+            "template": {"metadata": {}, "spec": pod["spec"]},
+        },
     }
 
 
@@ -79,8 +83,20 @@ def main() -> None:
         cert_dir = Path(tmp)
         write_bundle(generate_bundle(["localhost"], ["127.0.0.1"]), cert_dir)
         server = subprocess.Popen(
-            [sys.executable, "-m", "webhook.cli", "serve", "--port", str(args.port), "--cert-dir", tmp,
-             "--rules", str(REPO / "rules"), "--log-level", "warning"],
+            [
+                sys.executable,
+                "-m",
+                "webhook.cli",
+                "serve",
+                "--port",
+                str(args.port),
+                "--cert-dir",
+                tmp,
+                "--rules",
+                str(REPO / "rules"),
+                "--log-level",
+                "warning",
+            ],
             cwd=REPO,
         )
         try:
@@ -94,9 +110,11 @@ def main() -> None:
     print(f"idle RSS        {idle['VmRSS'] / 1024:.1f} MiB")
     print(f"after burst RSS {busy['VmRSS'] / 1024:.1f} MiB (peak {busy['VmHWM'] / 1024:.1f} MiB)")
     print(f"startup CPU     {idle_cpu:.2f} s")
-    print(f"burst           {args.requests} requests, {args.concurrency} connections, {elapsed:.2f} s, "
-          f"{args.requests / elapsed:.0f} req/s, server CPU {busy_cpu - idle_cpu:.2f} s "
-          f"({(busy_cpu - idle_cpu) / elapsed:.2f} cores)")
+    print(
+        f"burst           {args.requests} requests, {args.concurrency} connections, {elapsed:.2f} s, "
+        f"{args.requests / elapsed:.0f} req/s, server CPU {busy_cpu - idle_cpu:.2f} s "
+        f"({(busy_cpu - idle_cpu) / elapsed:.2f} cores)"
+    )
 
 
 if __name__ == "__main__":
