@@ -42,9 +42,10 @@ def kubelet_volume(directory: Path, bundle: Bundle, version: str) -> None:
             (directory / name).symlink_to(f"..data/{name}")
 
 
-def trusting(*bundles: Bundle, tmp: Path) -> ssl.SSLContext:
+def trusting(*ca_dirs: Path, tmp: Path) -> ssl.SSLContext:
+    """A client context that trusts exactly the CAs in `ca_dirs` and checks the host name."""
     pem = tmp / f"trust-{len(list(tmp.iterdir()))}.pem"
-    pem.write_bytes(b"".join((Path(b) / CA_FILE).read_bytes() for b in bundles))  # type: ignore[arg-type]
+    pem.write_bytes(b"".join((d / CA_FILE).read_bytes() for d in ca_dirs))
     context = ssl.create_default_context(cafile=str(pem))
     context.check_hostname = True
     return context
@@ -92,8 +93,8 @@ async def test_swap_to_a_new_ca_under_load_fails_no_request(tmp_path: Path, rule
                 counts[name][1] += 1
                 failures.append(f"{name}: {type(error).__name__}: {error}")
 
-    old_only = trusting(old_dir, tmp=trust_dir)  # type: ignore[arg-type]
-    both = trusting(old_dir, new_dir, tmp=trust_dir)  # type: ignore[arg-type]
+    old_only = trusting(old_dir, tmp=trust_dir)
+    both = trusting(old_dir, new_dir, tmp=trust_dir)
     keepalive = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=old_only, limit=1))
     fresh = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=both, force_close=True))
     try:
@@ -115,7 +116,7 @@ async def test_swap_to_a_new_ca_under_load_fails_no_request(tmp_path: Path, rule
         assert failures == [], failures[:5]
         assert counts["keepalive"][0] > 10 and counts["fresh"][0] > 10, counts
 
-        new_only = trusting(new_dir, tmp=trust_dir)  # type: ignore[arg-type]
+        new_only = trusting(new_dir, tmp=trust_dir)
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=new_only, force_close=True)) as client:
             await post(client, base)
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=old_only, force_close=True)) as client:
@@ -143,7 +144,7 @@ async def test_a_mismatched_pair_keeps_the_old_one_serving(tmp_path: Path, rules
     kubelet_volume(cert_dir, old, "v1")
     server = await start_server(cert_dir, rules_dir)
     base = f"https://localhost:{server.port}"
-    old_only = trusting(old_dir, tmp=trust_dir)  # type: ignore[arg-type]
+    old_only = trusting(old_dir, tmp=trust_dir)
     try:
         broken = Bundle(new.ca_cert, new.ca_key, new.cert, old.key)  # new certificate, old key
         kubelet_volume(cert_dir, broken, "v2")
