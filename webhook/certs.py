@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-CA_FILE, CERT_FILE, KEY_FILE = "ca.crt", "tls.crt", "tls.key"
+CA_FILE, CERT_FILE, KEY_FILE, CA_KEY_FILE = "ca.crt", "tls.crt", "tls.key", "ca.key"
 # The CA outlives several serving certificates so rotating the serving one never touches
 # the caBundle in the webhook configurations; one year of serving validity matches what
 # cert-manager and most platforms rotate at, and /metrics exposes the expiry to alert on.
@@ -136,7 +136,17 @@ def write_bundle(bundle: Bundle, directory: str | os.PathLike[str], write_ca_key
     _write(out / KEY_FILE, _key_pem(bundle.key), 0o600)
     _write(out / CERT_FILE, bundle.cert.public_bytes(serialization.Encoding.PEM), 0o644)
     if write_ca_key:
-        _write(out / "ca.key", _key_pem(bundle.ca_key), 0o600)
+        _write(out / CA_KEY_FILE, _key_pem(bundle.ca_key), 0o600)
+
+
+def load_ca(directory: str | os.PathLike[str]) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """The CA kept by an earlier `write_bundle(..., write_ca_key=True)`, to sign a renewal with."""
+    out = Path(directory)
+    cert = x509.load_pem_x509_certificate((out / CA_FILE).read_bytes())
+    key = serialization.load_pem_private_key((out / CA_KEY_FILE).read_bytes(), password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey) or key.public_key() != cert.public_key():
+        raise ValueError(f"{out / CA_KEY_FILE} is not the key of {out / CA_FILE}")
+    return cert, key
 
 
 def ensure_dev_certificates(directory: str | os.PathLike[str]) -> bool:

@@ -65,6 +65,11 @@ class Metrics:
             registry=r,
         )
         self.cert_reloads = Counter("gpu_webhook_certificate_reloads", "Serving certificate reloads.", registry=r)
+        self.cert_reload_failures = Counter(
+            "gpu_webhook_certificate_reload_failures",
+            "Serving certificate reloads that failed (the previous certificate kept serving).",
+            registry=r,
+        )
 
     def observe(self, endpoint: str, operation: str, kind: str, decision: str, seconds: float) -> None:
         self.requests.labels(endpoint, operation, kind, decision).inc()

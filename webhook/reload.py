@@ -99,14 +99,20 @@ class CertificateStore:
         cert, key = self.files
         self._fingerprint = fingerprint(self.files)
         try:
-            # Loading into the live context swaps the pair atomically for later handshakes;
-            # a bad pair raises and leaves the old one in place.
+            # Check the pair in a scratch context first. Loading a certificate whose key does not
+            # match into the live context is not harmless: OpenSSL drops the live key when the new
+            # certificate does not match it, the key then fails to load, and every later handshake
+            # fails although the call raised (tests/deploy/test_certificate_rotation.py).
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
+            not_after = certificate_not_after(cert).timestamp()
+            # Later handshakes use the new pair; open connections keep the one they negotiated.
             self.context.load_cert_chain(cert, key)
-            self.not_after = certificate_not_after(cert).timestamp()
         except (OSError, ssl.SSLError, ValueError) as error:
             self.error = f"cannot load {cert} / {key}: {error}"
+            self.metrics.cert_reload_failures.inc()
             log.error("certificate rejected, keeping the previous one", extra={"error": self.error})
             return False
+        self.not_after = not_after
         self.error = ""
         self.metrics.cert_expiry.set(self.not_after)
         self.metrics.cert_reloads.inc()
@@ -131,6 +137,9 @@ async def watch(rules: RuleStore, certs: CertificateStore | None, interval: floa
             if certs is not None and certs.changed():
                 # files of a pair are replaced one by one: give the writer a moment to finish
                 await asyncio.sleep(min(interval, 0.2))
-                await asyncio.to_thread(certs.load)
+                # On the loop's own thread, not a worker: CPython releases the GIL between loading
+                # the certificate and the key into the live context, and a connection accepted in
+                # that gap would get the new certificate without its key. Two small files: ~1 ms.
+                certs.load()
         except Exception:  # the watcher must outlive any surprise; the next tick tries again
             log.exception("reload check failed")

@@ -1,0 +1,48 @@
+"""docs/operations.md stays true: its PrometheusRule parses and uses only metrics we export."""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from tests.support import REPO
+from webhook.metrics import Metrics
+
+DOC = REPO / "docs" / "operations.md"
+
+
+def prometheus_rule() -> dict:
+    blocks = re.findall(r"```yaml\n(.*?)```", DOC.read_text(), flags=re.S)
+    rules = [
+        doc for block in blocks for doc in yaml.safe_load_all(block) if doc and doc.get("kind") == "PrometheusRule"
+    ]
+    assert len(rules) == 1
+    return rules[0]
+
+
+def exported() -> set[str]:
+    metrics = Metrics()
+    metrics.observe("mutate", "CREATE", "Pod", "allowed", 0.001)
+    metrics.rejected.labels("400").inc()
+    metrics.rule_errors.labels("r").inc()
+    metrics.rule_results.labels("r", "deny").inc()
+    return {
+        line.split("{")[0].split(" ")[0] for line in metrics.render().decode().splitlines() if not line.startswith("#")
+    }
+
+
+def test_alerts_use_only_exported_metrics() -> None:
+    names = exported()
+    alerts = prometheus_rule()["spec"]["groups"][0]["rules"]
+    assert {"GpuWebhookLatencyHigh", "GpuWebhookErrors", "GpuWebhookCertificateExpiresSoon"} <= {
+        a["alert"] for a in alerts
+    }
+    used = {m for a in alerts for m in re.findall(r"\bgpu_webhook_[a-z_]+", a["expr"])}
+    assert used, "no gpu_webhook metric in the alerts"
+    assert used <= names, used - names
+
+
+def test_expiry_alert_is_fourteen_days() -> None:
+    alerts = {a["alert"]: a for a in prometheus_rule()["spec"]["groups"][0]["rules"]}
+    assert "14 * 86400" in alerts["GpuWebhookCertificateExpiresSoon"]["expr"]

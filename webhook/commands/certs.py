@@ -1,0 +1,75 @@
+"""`gpu-webhook certs`: a private CA and a serving certificate for the webhook's Service.
+
+Writes ca.crt, tls.crt and tls.key (0600) to --out. The CA key is written only with
+--keep-ca-key; keep it somewhere safe (not in the cluster) and pass --reuse-ca to a later
+run to renew the serving certificate under the same CA, so the caBundle in the webhook
+configurations never changes. Without it, a renewal is a new CA: re-render the manifests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+from pathlib import Path
+
+from webhook.certs import (
+    CA_DAYS,
+    CA_FILE,
+    CA_KEY_FILE,
+    CERT_FILE,
+    KEY_FILE,
+    SERVING_DAYS,
+    Bundle,
+    generate_ca,
+    generate_serving,
+    load_ca,
+    service_dns_names,
+    write_bundle,
+)
+from webhook.commands.common import UsageError
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("certs", help="make a CA and a serving certificate for the webhook Service")
+    parser.add_argument("--service", default="gpu-webhook", help="Service name (default gpu-webhook)")
+    parser.add_argument("--namespace", default="gpu-webhook", help="Service namespace (default gpu-webhook)")
+    parser.add_argument("--out", required=True, help="directory to write ca.crt, tls.crt, tls.key to")
+    parser.add_argument(
+        "--days", type=int, default=SERVING_DAYS, help=f"serving certificate validity (default {SERVING_DAYS})"
+    )
+    parser.add_argument("--ca-days", type=int, default=CA_DAYS, help=f"CA validity for a new CA (default {CA_DAYS})")
+    parser.add_argument("--keep-ca-key", action="store_true", help=f"also write {CA_KEY_FILE}, to sign renewals")
+    parser.add_argument(
+        "--reuse-ca", action="store_true", help=f"sign with the {CA_FILE}/{CA_KEY_FILE} already in --out (a renewal)"
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.days < 1 or args.ca_days < 1:
+        raise UsageError("--days and --ca-days must be positive")
+    out = Path(args.out)
+    if args.reuse_ca:
+        try:
+            ca_cert, ca_key = load_ca(out)
+        except (OSError, ValueError) as error:
+            raise UsageError(f"--reuse-ca: cannot load the CA from {out}: {error}") from None
+        keep_ca_key = True  # it is already there; rewriting it unchanged keeps the directory consistent
+    else:
+        ca_cert, ca_key = generate_ca(days=args.ca_days)
+        keep_ca_key = args.keep_ca_key
+    if args.days > args.ca_days and not args.reuse_ca:
+        raise UsageError("--days exceeds --ca-days: the serving certificate would outlive its CA")
+    names = service_dns_names(args.service, args.namespace)
+    cert, key = generate_serving(ca_cert, ca_key, names, days=args.days)
+    write_bundle(Bundle(ca_cert, ca_key, cert, key), out, write_ca_key=keep_ca_key)
+    left = ca_cert.not_valid_after_utc - dt.datetime.now(dt.UTC)
+    print(
+        f"wrote {out / CA_FILE}, {out / CERT_FILE}, {out / KEY_FILE}"
+        + (f", {out / CA_KEY_FILE}" if keep_ca_key else "")
+    )
+    print(f"serving certificate for {', '.join(names)}; valid until {cert.not_valid_after_utc:%Y-%m-%d}")
+    print(f"CA valid until {ca_cert.not_valid_after_utc:%Y-%m-%d} ({left.days} days)")
+    if keep_ca_key:
+        print(f"keep {out / CA_KEY_FILE} out of the cluster and out of version control")
+    return 0

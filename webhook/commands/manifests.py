@@ -1,0 +1,142 @@
+"""`gpu-webhook manifests`: the install manifests as one multi-document YAML stream.
+
+Renders manifests/overlays/<overlay> (plus optional components) with the built-in
+kustomize subset (webhook/kustomize.py), then adds what a static kustomize tree cannot hold:
+  - the ConfigMap `gpu-webhook-rules`, built from --rules after checking that they load
+    (a kustomize configMapGenerator cannot read files outside its directory, and a copy of
+    rules/ under manifests/ would drift). Its name carries no hash suffix on purpose: the
+    server hot-reloads the mounted files, so a rule change needs no roll-out;
+  - the `caBundle` of both webhook configurations, from --ca DIR/ca.crt;
+  - the Secret `gpu-webhook-tls` from DIR/tls.crt and tls.key (omit with --no-secret, e.g.
+    when the Secret is created separately with `kubectl create secret tls`).
+With `--component cert-manager`, cert-manager issues the Secret and injects the caBundle: no --ca.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from webhook.certs import CA_FILE, CERT_FILE, KEY_FILE
+from webhook.commands.common import UsageError, default_rules_dir, load_ruleset
+from webhook.engine import rule_files
+from webhook.kustomize import KustomizeError, build, sort_objects
+
+NAMESPACE, RULES_CONFIGMAP, TLS_SECRET = "gpu-webhook", "gpu-webhook-rules", "gpu-webhook-tls"
+WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+CONFIGMAP_LIMIT = 1024 * 1024  # the apiserver refuses ConfigMaps over 1 MiB
+LABELS = {"app.kubernetes.io/name": "gpu-webhook"}
+
+
+def default_manifests_dir() -> str:
+    return str(Path(__file__).resolve().parents[2] / "manifests")
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("manifests", help="render the install manifests (multi-document YAML)")
+    parser.add_argument("--overlay", choices=["audit", "enforce"], default="enforce", help="roll-out step")
+    parser.add_argument(
+        "--component", action="append", default=[], choices=["cert-manager", "policyreports"], help="add a component"
+    )
+    parser.add_argument("--ca", help="directory with ca.crt (and tls.crt/tls.key) from `gpu-webhook certs`")
+    parser.add_argument("--no-secret", action="store_true", help="do not emit the TLS Secret")
+    parser.add_argument("--rules", help="rules directory for the ConfigMap (default: the repo's rules/)")
+    parser.add_argument("--image", help="container image, e.g. registry.example.com/gpu-webhook@sha256:...")
+    parser.add_argument("--manifests", default=default_manifests_dir(), help=argparse.SUPPRESS)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    documents = render(
+        manifests=Path(args.manifests),
+        overlay=args.overlay,
+        components=args.component,
+        ca_dir=Path(args.ca) if args.ca else None,
+        rules=args.rules or default_rules_dir(),
+        image=args.image,
+        secret=not args.no_secret,
+    )
+    yaml.safe_dump_all(documents, sys.stdout, sort_keys=False, default_flow_style=False, width=120)
+    return 0
+
+
+def render(
+    manifests: Path,
+    overlay: str = "enforce",
+    components: list[str] = (),  # type: ignore[assignment]
+    ca_dir: Path | None = None,
+    rules: str | None = None,
+    image: str | None = None,
+    secret: bool = True,
+) -> list[dict[str, Any]]:
+    cert_manager = "cert-manager" in components
+    if cert_manager and ca_dir is not None:
+        raise UsageError("--ca and the cert-manager component are alternatives: cert-manager injects the caBundle")
+    if not cert_manager and ca_dir is None:
+        raise UsageError(
+            "--ca DIR is required (run `gpu-webhook certs --out DIR` first), or use --component cert-manager"
+        )
+    try:
+        objects = build(manifests / "overlays" / overlay, [manifests / "components" / c for c in components])
+    except (KustomizeError, OSError) as error:
+        raise UsageError(f"cannot render {manifests}: {error}") from None
+    objects.append(rules_configmap(rules or default_rules_dir()))
+    if ca_dir is not None:
+        ca = _read(ca_dir / CA_FILE)
+        for obj in objects:
+            if obj["kind"] in WEBHOOK_KINDS:
+                for webhook in obj["webhooks"]:
+                    webhook["clientConfig"]["caBundle"] = base64.b64encode(ca).decode()
+        if secret:
+            objects.append(tls_secret(ca_dir))
+    if image:
+        for obj in objects:
+            if obj["kind"] == "Deployment":
+                for container in obj["spec"]["template"]["spec"]["containers"]:
+                    container["image"] = image
+    return sort_objects(objects)
+
+
+def rules_configmap(rules: str) -> dict[str, Any]:
+    """Every rule file as one key. Loading them first means a broken pack is never shipped."""
+    load_ruleset(rules)
+    root = Path(rules)
+    data: dict[str, str] = {}
+    for file in rule_files([rules]):
+        relative = Path(file).relative_to(root) if root.is_dir() else Path(Path(file).name)
+        # a ConfigMap volume is flat: nested directories become part of the key
+        key = "_".join(relative.parts)
+        if key in data:
+            raise UsageError(f"two rule files map to the ConfigMap key {key}")
+        data[key] = Path(file).read_text()
+    size = sum(len(k) + len(v.encode()) for k, v in data.items())
+    if size > CONFIGMAP_LIMIT:
+        raise UsageError(f"rules are {size} bytes; a ConfigMap holds at most {CONFIGMAP_LIMIT}")
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": RULES_CONFIGMAP, "namespace": NAMESPACE, "labels": dict(LABELS)},
+        "data": data,
+    }
+
+
+def tls_secret(ca_dir: Path) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": {"name": TLS_SECRET, "namespace": NAMESPACE, "labels": dict(LABELS)},
+        "data": {name: base64.b64encode(_read(ca_dir / name)).decode() for name in (CERT_FILE, KEY_FILE, CA_FILE)},
+    }
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error.strerror or error}") from None
