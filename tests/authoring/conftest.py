@@ -12,6 +12,8 @@ from webhook.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "rules"
+# a small pinned rule set for tests of a command's layout and counts (tests/fixtures/README.md)
+BASIC_RULES = REPO / "tests" / "fixtures" / "rules-basic"
 
 HEADER = "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\n"
 

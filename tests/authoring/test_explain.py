@@ -6,7 +6,7 @@ import shutil
 
 import yaml
 
-from tests.authoring.conftest import RULES
+from tests.authoring.conftest import BASIC_RULES, RULES
 
 POD = {
     "apiVersion": "v1",
@@ -35,8 +35,9 @@ spec:
 
 
 def test_two_denials_and_three_patches_are_all_named(cli, tmp_path):
+    # the layout of explain, with exact counts: pinned to the small rule set, not the growing pack
     rules = tmp_path / "rules"
-    shutil.copytree(RULES, rules)
+    shutil.copytree(BASIC_RULES, rules)
     (rules / "team-label.yaml").write_text(TEAM_LABEL)
     pod = tmp_path / "pod.yaml"
     pod.write_text(yaml.safe_dump(POD))
@@ -84,6 +85,19 @@ def test_update_needs_the_old_object(cli, tmp_path):
 def test_kind_outside_the_rules(cli, tmp_path):
     service = tmp_path / "svc.yaml"
     service.write_text("apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {}\n")
-    code, out, _ = cli("explain", "-f", str(service), "--no-color")
+    code, out, _ = cli("explain", "-f", str(service), "--no-color", "--rules", str(BASIC_RULES))
     assert code == 0
     assert out.count("not matched: kind Service is not in match.kinds (Pod)") == 5
+
+
+def test_every_rule_of_the_pack_is_accounted_for(cli, tmp_path):
+    # the default pack (explain's default rules): each rule has its own section with the reason
+    service = tmp_path / "svc.yaml"
+    service.write_text("apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {}\n")
+    code, out, _ = cli("explain", "-f", str(service), "--no-color", "--rules", str(RULES))
+    assert code == 0
+    names = sorted(yaml.safe_load(p.read_text())["metadata"]["name"] for p in RULES.glob("*.yaml"))
+    assert out.splitlines()[0] == f"Service default/web (CREATE), {len(names)} rules"
+    for name in names:
+        section = out[out.index(f"\n  {name} (") :].split("\n", 3)[2]
+        assert section.startswith("    not matched: kind Service is not in match.kinds ("), (name, section)

@@ -8,8 +8,20 @@ import sys
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
-from tests.authoring.conftest import RULES
+import yaml
+
+from tests.authoring.conftest import BASIC_RULES, RULES
 from webhook.authoring.suite import is_subset, project
+
+
+def pack_cases() -> int:
+    """How many cases the default pack's own suites hold (the pack and its suites grow together)."""
+    return sum(
+        len(document["spec"]["cases"])
+        for path in (RULES / "tests").glob("*.test.yaml")
+        for document in yaml.safe_load_all(path.read_text())
+        if document and document.get("kind") == "GPUPolicyTest"
+    )
 
 
 def test_default_pack_suites_pass(cli):
@@ -34,12 +46,23 @@ def test_a_changed_rule_fails_with_a_diff(cli, tmp_path):
     assert "gpu-toleration.test.yaml::adds the GPU toleration to a GPU pod FAILED" in out
     assert "rule gpu-toleration: patch differs:\n--- expected patch\n+++ actual patch\n" in out
     assert "-    effect: NoSchedule\n+    effect: NoExecute\n" in out
-    assert out.splitlines()[-1] == "28 passed, 3 failed"
+    # exactly the cases that state the toleration's patch fail; every other case of the pack passes
+    failed = {line.removesuffix(" FAILED").split("::")[-1] for line in out.splitlines() if line.endswith(" FAILED")}
+    assert failed == {
+        "adds the GPU toleration to a GPU pod",
+        "appends beside an unrelated toleration",
+        "patches the pod template of a Job",
+    }
+    assert out.splitlines()[-1] == f"{pack_cases() - 3} passed, 3 failed"
 
 
 def test_a_rule_that_stops_denying(cli, tmp_path):
+    # the pack's own suite for the rule, run against the small pinned rule set, where no other
+    # rule denies the suite's objects: the pack-level `allowed: false` then fails as well
     rules = tmp_path / "rules"
-    shutil.copytree(RULES, rules)
+    shutil.copytree(BASIC_RULES, rules)
+    (rules / "tests").mkdir()
+    shutil.copy(RULES / "tests" / "gpu-requests-equal-limits.test.yaml", rules / "tests")
     rule = rules / "gpu-requests-equal-limits.yaml"
     rule.write_text(rule.read_text().replace("action: Deny", "action: Warn"))
     code, out, _ = cli("test", str(rules / "tests" / "gpu-requests-equal-limits.test.yaml"))
@@ -111,7 +134,7 @@ def test_junit_output(cli, tmp_path):
     code, out, _ = cli("test", str(rules), "--output", "junit")
     assert code == 1
     root = ElementTree.fromstring(out.encode())
-    assert root.tag == "testsuites" and root.get("tests") == "31"
+    assert root.tag == "testsuites" and root.get("tests") == str(pack_cases())
     suite = next(s for s in root if s.get("name").endswith("gpu-toleration.test.yaml"))
     failed = [c.get("name") for c in suite if c.find("failure") is not None]
     assert "adds the GPU toleration to a GPU pod" in failed
@@ -140,4 +163,4 @@ def test_console_script(tmp_path):
     script = Path(sys.executable).with_name("gpu-webhook")  # installed by `pip install -e .`
     done = subprocess.run([str(script), "test", str(RULES)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.splitlines()[-1] == "31 passed, 0 failed"
+    assert done.stdout.splitlines()[-1] == f"{pack_cases()} passed, 0 failed"
