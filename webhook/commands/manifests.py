@@ -25,6 +25,7 @@ import yaml
 from webhook.certs import CA_FILE, CERT_FILE, KEY_FILE
 from webhook.commands.common import UsageError, default_rules_dir, load_ruleset
 from webhook.engine import rule_files
+from webhook.engine.schema import TEST_KIND
 from webhook.kustomize import KustomizeError, build, sort_objects
 
 NAMESPACE, RULES_CONFIGMAP, TLS_SECRET = "gpu-webhook", "gpu-webhook-rules", "gpu-webhook-tls"
@@ -108,12 +109,15 @@ def rules_configmap(rules: str) -> dict[str, Any]:
     root = Path(rules)
     data: dict[str, str] = {}
     for file in rule_files([rules]):
+        text = Path(file).read_text()
+        if _only_test_suites(text):
+            continue  # GPUPolicyTest suites run in CI; the cluster needs only the rules
         relative = Path(file).relative_to(root) if root.is_dir() else Path(Path(file).name)
         # a ConfigMap volume is flat: nested directories become part of the key
         key = "_".join(relative.parts)
         if key in data:
             raise UsageError(f"two rule files map to the ConfigMap key {key}")
-        data[key] = Path(file).read_text()
+        data[key] = text
     size = sum(len(k) + len(v.encode()) for k, v in data.items())
     if size > CONFIGMAP_LIMIT:
         raise UsageError(f"rules are {size} bytes; a ConfigMap holds at most {CONFIGMAP_LIMIT}")
@@ -123,6 +127,11 @@ def rules_configmap(rules: str) -> dict[str, Any]:
         "metadata": {"name": RULES_CONFIGMAP, "namespace": NAMESPACE, "labels": dict(LABELS)},
         "data": data,
     }
+
+
+def _only_test_suites(text: str) -> bool:
+    kinds = {d.get("kind") for d in yaml.safe_load_all(text) if isinstance(d, dict)}
+    return kinds == {TEST_KIND}
 
 
 def tls_secret(ca_dir: Path) -> dict[str, Any]:
