@@ -17,7 +17,6 @@ from pathlib import Path
 
 from webhook.certs import CERT_FILE, KEY_FILE, certificate_not_after
 from webhook.engine import LoadError, RuleSet, load_rules, rule_files
-from webhook.engine.model import SourceLocation
 from webhook.metrics import Metrics
 
 log = logging.getLogger("gpu_webhook.reload")
@@ -55,12 +54,9 @@ class RuleStore:
     def load(self) -> bool:
         """(Re)load synchronously; on failure keep the last good rule set. Runs in a worker thread."""
         self._fingerprint = self._current_fingerprint()
-        missing = [
-            LoadError(SourceLocation(p, 1, 1), "rules path not found") for p in self.paths if not os.path.exists(p)
-        ]
-        result = load_rules([p for p in self.paths if os.path.exists(p)])
-        if missing or result.ruleset is None:
-            self.errors = missing + result.errors
+        result = load_rules(self.paths)
+        if result.ruleset is None:
+            self.errors = result.errors
             self.metrics.reload_failures.inc()
             self.metrics.reload_ok.set(0)
             for error in self.errors:

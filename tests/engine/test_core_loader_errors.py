@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from webhook.engine import load_rules
 
 HEADER = "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\n"
@@ -126,3 +128,12 @@ def test_shipped_rule_pack_loads(tmp_path: Path) -> None:
     result = load_rules(RULES)
     assert result.errors == []
     assert result.ruleset is not None and len(result.ruleset.rules) >= 5
+
+
+def test_missing_paths_are_errors_and_require_lists_them(tmp_path: Path) -> None:
+    from webhook.engine.loader import RuleLoadError
+
+    result = load_rules([tmp_path / "nope", tmp_path])
+    assert [str(e) for e in result.errors] == [f"{tmp_path}/nope:1:1: rules path not found"]
+    with pytest.raises(RuleLoadError, match="rules path not found"):
+        result.require()

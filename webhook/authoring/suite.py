@@ -22,6 +22,7 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from webhook.engine import AdmissionInput, Decision, LoadError, Phase, RuleSet, evaluate, load_rules, rule_files
+from webhook.engine.loader import RuleLoadError
 from webhook.engine.model import SourceLocation
 from webhook.engine.schema import TEST_KIND, TEST_SCHEMA
 from webhook.engine.yamlsource import Document, YamlError, load_documents
@@ -118,12 +119,10 @@ def run(suites: list[Suite]) -> Iterator[CaseResult]:
 
 
 def _load(path: str) -> RuleSet:
-    if not os.path.exists(path):
-        raise SuiteError(f"rules path not found: {path}")
-    result = load_rules(path)
-    if result.ruleset is None:
-        raise SuiteError("\n".join(str(e) for e in result.errors))
-    return result.ruleset
+    try:
+        return load_rules(path).require()
+    except RuleLoadError as error:
+        raise SuiteError(str(error)) from None
 
 
 def _display(file: str) -> str:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from webhook.engine import RuleSet, load_rules
+from webhook.engine.loader import RuleLoadError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -25,14 +26,10 @@ def default_rules_dir() -> str:
 
 def load_ruleset(paths: list[str] | str) -> RuleSet:
     """Load rules or raise UsageError listing every problem (file:line:column: rule NAME: message)."""
-    paths = [paths] if isinstance(paths, str) else paths
-    for path in paths:
-        if not os.path.exists(path):
-            raise UsageError(f"rules path not found: {path}")
-    result = load_rules(paths)
-    if result.ruleset is None:
-        raise UsageError("\n".join(str(error) for error in result.errors))
-    return result.ruleset
+    try:
+        return load_rules([paths] if isinstance(paths, str) else paths).require()
+    except RuleLoadError as error:
+        raise UsageError(str(error)) from None
 
 
 def fail(message: str) -> int:

@@ -46,6 +46,18 @@ class LoadResult:
     def ok(self) -> bool:
         return self.ruleset is not None
 
+    def require(self) -> RuleSet:
+        """The rule set, or RuleLoadError carrying every problem, one `file:line:column: ...` per line."""
+        if self.ruleset is None:
+            raise RuleLoadError(self.errors)
+        return self.ruleset
+
+
+class RuleLoadError(ValueError):
+    def __init__(self, errors: list[LoadError]) -> None:
+        super().__init__("\n".join(str(error) for error in errors))
+        self.errors = errors
+
 
 def rule_files(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
     """YAML files under the given paths, sorted; `..data`-style ConfigMap internals are skipped."""
@@ -64,8 +76,9 @@ def rule_files(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
 def load_rules(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]) -> LoadResult:
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
-    files = rule_files(paths)
-    errors: list[LoadError] = []
+    paths = list(paths)
+    files = rule_files(p for p in paths if os.path.exists(p))
+    errors = [LoadError(SourceLocation(str(p), 1, 1), "rules path not found") for p in paths if not os.path.exists(p)]
     documents: list[Document] = []
     for file in files:
         try:
