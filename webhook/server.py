@@ -25,6 +25,7 @@ from aiohttp import web
 from webhook.admission import ReviewError, build_response, error_response, parse_review
 from webhook.certs import CERT_FILE, KEY_FILE
 from webhook.engine import Mode, Phase, evaluate
+from webhook.engine.model import Limits
 from webhook.metrics import Metrics
 from webhook.reload import CertificateStore, RuleStore, watch
 
@@ -49,6 +50,8 @@ class ServerConfig:
     mode: Mode = Mode.ENFORCE
     reload_interval: float = 1.0
     body_timeout: float = 10.0  # a client that trickles its body is cut off after this
+    rule_time_budget: float | None = 0.1  # seconds of rule evaluation per request; past it rules error
+    max_collection: int = 1000  # larger lists/maps in a pod spec are not handed to CEL (rule error)
     shutdown_timeout: float = 25.0  # in-flight requests get this long to finish on SIGTERM
     drain_delay: float = 0.0  # after SIGTERM, keep serving while endpoints are removed
     client_ca: str | None = None  # require client certificates signed by this CA (the apiserver's)
@@ -132,6 +135,7 @@ def _admission_handler(phase: Phase, endpoint: str) -> Callable[[web.Request], A
                 phase=phase,
                 mode=state.config.mode,
                 trace=log.isEnabledFor(logging.DEBUG),
+                limits=Limits(state.config.rule_time_budget, state.config.max_collection),
             )
             answer = build_response(review.uid, decision, include_patch)
         except Exception:  # a bug must refuse this one request, loudly, and keep the server up

@@ -9,6 +9,7 @@ offline doors (audit, test, explain) call both.
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import orjson
 
 from .cel import CelEvaluationError, CompiledExpression, target_gpu_variable
-from .model import Action, Decision, Mode, Phase, Rule, RuleTrace, Target, Violation
+from .model import DEFAULT_LIMITS, Action, Decision, Limits, Mode, Phase, Rule, RuleTrace, Target, Violation
 from .mutate import MutationContext, MutationError
 from .patch import PatchConflict, Patcher
 from .ruleset import RuleSet
@@ -54,6 +55,7 @@ def evaluate(
     phase: Phase = Phase.ALL,
     mode: Mode = Mode.ENFORCE,
     trace: bool = True,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> Decision:
     decision = Decision()
     subject = admission.subject
@@ -63,7 +65,7 @@ def evaluate(
     candidates = ruleset.candidates(kind, admission.operation)
     if not candidates:
         return decision
-    run = _Run(ruleset, admission, decision, mode, trace)
+    run = _Run(ruleset, admission, decision, mode, trace, limits)
     if phase != Phase.VALIDATE and admission.object is not None:
         for rule in candidates:
             if rule.mutations:
@@ -83,7 +85,7 @@ class _Run:
     """The state of one evaluation: the working copy, its patcher, and cached targets."""
 
     def __init__(
-        self, ruleset: RuleSet, admission: AdmissionInput, decision: Decision, mode: Mode, trace: bool
+        self, ruleset: RuleSet, admission: AdmissionInput, decision: Decision, mode: Mode, trace: bool, limits: Limits
     ) -> None:
         self.ruleset = ruleset
         self.admission = admission
@@ -94,6 +96,10 @@ class _Run:
         self.patcher: Patcher | None = None
         self._templates: list[Target] | None = None
         self._object_target: Target | None = None
+        self.limits = limits
+        budget = limits.time_budget
+        self.deadline = None if budget is None else time.perf_counter() + budget
+        self._largest: dict[tuple[str | int, ...], int] = {}
 
     # -- targets ---------------------------------------------------------------------------------
     def targets(self, rule: Rule) -> list[Target]:
@@ -123,7 +129,7 @@ class _Run:
                 patcher=self.patcher,
                 target=target,
                 operation=self.admission.operation,
-                evaluate=lambda expression, a=activation: _evaluate(expression, a),
+                evaluate=lambda expression, a=activation, t=target: self._eval(expression, a, t),
                 accelerators=self.ruleset.accelerators,
             )
             try:
@@ -144,7 +150,7 @@ class _Run:
                 continue
             activation = self._activation(rule, target)
             try:
-                result = _evaluate(rule.validate.expression, activation)
+                result = self._eval(rule.validate.expression, activation, target)
                 messages = _failures(result, rule)
                 if messages is None:
                     raise RuleError(f"validate.expression gave {type(result).__name__}, expected bool or list")
@@ -163,7 +169,16 @@ class _Run:
     # -- helpers ---------------------------------------------------------------------------------
     def _match(self, rule: Rule, target: Target) -> RuleTrace | None:
         """The rule's trace entry when it matches this target, else None (traced with the reason)."""
-        reason = self._mismatch(rule, target)
+        try:
+            reason = self._mismatch(rule, target)
+        except RuleError as error:
+            # A condition that cannot be evaluated is an error under failurePolicy, never "no match":
+            # otherwise an object shaped to break the condition would slip past a Fail rule.
+            entry = RuleTrace(rule=rule.name, target=target.description, matched=True)
+            if self.trace:
+                self.decision.trace.append(entry)
+            self._error(rule, target, entry, f"match.condition failed: {error}")
+            return None
         entry = RuleTrace(rule=rule.name, target=target.description, matched=reason is None, reason=reason or "")
         if self.trace:
             self.decision.trace.append(entry)
@@ -193,12 +208,11 @@ class _Run:
             has_gpus = self._gpus(target) > 0
             if has_gpus != match.gpu:
                 return "requests no accelerators (gpu: true)" if match.gpu else "requests accelerators (gpu: false)"
-        if match.condition is not None:
-            try:
-                if _evaluate(match.condition, self._activation(rule, target)) is not True:
-                    return "condition is false"
-            except RuleError as error:
-                return f"condition failed: {error}"
+        if (
+            match.condition is not None
+            and self._eval(match.condition, self._activation(rule, target), target) is not True
+        ):
+            return "condition is false"
         return None
 
     def _object_selected(self, rule: Rule, target: Target) -> bool:
@@ -242,7 +256,7 @@ class _Run:
         assert validation is not None
         if validation.message_expression is not None:
             try:
-                message = _evaluate(validation.message_expression, activation)
+                message = _evaluate(validation.message_expression, activation)  # already within the budget
                 if isinstance(message, str) and message.strip():
                     return message
             except RuleError:
@@ -269,6 +283,48 @@ class _Run:
         self.decision.errors.append(f"{rule.name}: {target.description}: {message}")
         if rule.failure_policy == "Fail":
             self._record(rule, target, f"rule {rule.name} could not be evaluated: {message}")
+
+    def _eval(self, expression: CompiledExpression, activation: Any, target: Target) -> Any:
+        """Run one expression within the request's limits; a limit reached is a RuleError."""
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            raise RuleError(f"time budget of {self.limits.time_budget * 1000:g} ms for this request exceeded")  # type: ignore[operator]
+        largest = self._largest.get(target.root)
+        if largest is None:
+            largest = self._largest[target.root] = _largest_collection(
+                _at(self.working, target.root), self.limits.max_collection
+            )
+        if largest > self.limits.max_collection:
+            raise RuleError(
+                f"{target.description} is too large to evaluate: a list or map of {largest} items "
+                f"(limit {self.limits.max_collection})"
+            )
+        return _evaluate(expression, activation)
+
+
+def _largest_collection(document: Any, limit: int) -> int:
+    """Size of the largest list or map inside document; stops early once one exceeds limit."""
+    try:
+        if len(orjson.dumps(document)) <= 2 * limit:
+            return 0  # each item takes at least two bytes ("0,"): nothing can be over the limit
+    except (TypeError, orjson.JSONEncodeError):
+        pass  # values JSON cannot carry (offline YAML): walk instead
+    largest = 0
+    stack = [document]
+    while stack:  # iterative: a 10,000-deep object must not hit the recursion limit
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            size = len(node)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            size = len(node)
+            stack.extend(node)
+        else:
+            continue
+        if size > largest:
+            largest = size
+            if largest > limit:
+                break
+    return largest
 
 
 def _evaluate(expression: CompiledExpression, activation: Any) -> Any:
