@@ -104,7 +104,8 @@ class _Run:
     # -- targets ---------------------------------------------------------------------------------
     def targets(self, rule: Rule) -> list[Target]:
         kinds = rule.match.kinds
-        if "*" in kinds or self.working.get("kind") in kinds:
+        kind = self.working.get("kind")
+        if "*" in kinds or (isinstance(kind, str) and kind in kinds):  # the object is the tenant's: any type
             if self._object_target is None:
                 self._object_target = object_target(self.working)
             return [self._object_target]
