@@ -50,6 +50,9 @@ class ServerConfig:
     mode: Mode = Mode.ENFORCE
     reload_interval: float = 1.0
     body_timeout: float = 10.0  # a client that trickles its body is cut off after this
+    # A connection with no request in progress (idle, or still sending its headers) is closed
+    # after this; aiohttp's own default is an hour, which lets stalled clients pile up.
+    idle_timeout: float = 30.0
     rule_time_budget: float | None = 0.1  # seconds of rule evaluation per request; past it rules error
     max_collection: int = 1000  # larger lists/maps in a pod spec are not handed to CEL (rule error)
     shutdown_timeout: float = 25.0  # in-flight requests get this long to finish on SIGTERM
@@ -259,7 +262,11 @@ class Server:
     async def start(self) -> None:
         config = self.config
         runner = web.AppRunner(
-            build_app(self.state), access_log=None, handle_signals=False, shutdown_timeout=config.shutdown_timeout
+            build_app(self.state),
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=config.shutdown_timeout,
+            keepalive_timeout=config.idle_timeout,
         )
         await runner.setup()
         assert self.state.certs is not None
@@ -270,7 +277,12 @@ class Server:
         self._runners.append(runner)
         self.port = runner.addresses[0][1]
         if config.metrics_port is not None:
-            plain = web.AppRunner(build_app(self.state, admission=False), access_log=None, handle_signals=False)
+            plain = web.AppRunner(
+                build_app(self.state, admission=False),
+                access_log=None,
+                handle_signals=False,
+                keepalive_timeout=config.idle_timeout,
+            )
             await plain.setup()
             await web.TCPSite(plain, config.metrics_host or "127.0.0.1", config.metrics_port).start()
             self._runners.append(plain)

@@ -18,7 +18,7 @@ RULES = Path(__file__).resolve().parents[2] / "rules"
 def test_unhashable_operation_is_a_400_not_a_crash(operation: object) -> None:
     review = make_review(cpu_pod())
     review["request"]["operation"] = operation
-    with pytest.raises(ReviewError, match="request.operation must be one of"):
+    with pytest.raises(ReviewError, match=r"request\.operation must be one of"):
         parse_review(orjson.dumps(review))
 
 
@@ -29,3 +29,27 @@ def test_object_kind_of_the_wrong_type_does_not_break_evaluation(kind: object) -
     pod["kind"] = kind
     decision = evaluate(ruleset, AdmissionInput(object=pod, kind="Pod", namespace="team-a"), Phase.ALL)
     assert isinstance(decision.allowed, bool)
+
+
+@pytest.mark.parametrize("partial", [b"", b"POST /validate HTTP/1.1\r\nHost: loc"])
+async def test_connection_that_never_finishes_its_headers_is_closed(cert_dir: Path, partial: bytes) -> None:
+    # Found by the abuse fuzzer: aiohttp's default keep-alive timeout is an hour, so a client that
+    # connects and stalls (slowloris) held a connection and a file descriptor for an hour.
+    import asyncio
+    import time
+
+    from tests.support import client_ssl, start_server
+
+    server = await start_server(cert_dir, RULES, idle_timeout=0.5)
+    try:
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", server.port, ssl=client_ssl(cert_dir), server_hostname="localhost"
+        )
+        writer.write(partial)
+        await writer.drain()
+        started = time.monotonic()
+        assert await asyncio.wait_for(reader.read(100), 5) == b""  # closed by the server
+        assert time.monotonic() - started < 2
+        writer.transport.abort()
+    finally:
+        await server.stop()

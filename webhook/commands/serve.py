@@ -38,6 +38,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--shutdown-timeout", type=float, default=25.0, help="seconds in-flight requests get on SIGTERM"
     )
     parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=30.0,
+        help="close a connection after this many seconds without a request in progress (stalled clients)",
+    )
+    parser.add_argument(
         "--rule-time-budget",
         type=float,
         default=0.1,
@@ -67,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
         shutdown_timeout=args.shutdown_timeout,
         drain_delay=args.drain_delay,
         rule_time_budget=args.rule_time_budget,
+        idle_timeout=args.idle_timeout,
         client_ca=args.client_ca,
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,
