@@ -53,3 +53,16 @@ async def test_connection_that_never_finishes_its_headers_is_closed(cert_dir: Pa
         writer.transport.abort()
     finally:
         await server.stop()
+
+
+def test_mutating_an_object_nested_deeper_than_orjson_writes_does_not_crash() -> None:
+    # orjson parses 1,024 levels but writes only 255; the copy fell back to copy.deepcopy,
+    # which hit Python's recursion limit around 500 levels: a refusal with code 500.
+    ruleset = load_rules(RULES).ruleset
+    pod = gpu_pod()
+    deep: object = "bottom"
+    for _ in range(1000):
+        deep = {"x": deep}
+    pod["spec"]["containers"][0]["deep"] = deep
+    decision = evaluate(ruleset, AdmissionInput(object=pod, kind="Pod", namespace="team-a"), Phase.MUTATE)
+    assert decision.allowed and decision.patch

@@ -370,4 +370,23 @@ def _copy(document: dict[str, Any]) -> dict[str, Any]:
     try:
         return orjson.loads(orjson.dumps(document))
     except (TypeError, orjson.JSONEncodeError):
-        return copy.deepcopy(document)  # values JSON cannot carry (YAML timestamps, huge ints)
+        # values JSON cannot carry (YAML timestamps, huge ints), or nesting past the 255 levels
+        # orjson writes (it reads 1,024): copy without recursion, whatever the depth
+        return _deep_copy(document)
+
+
+def _deep_copy(document: dict[str, Any]) -> dict[str, Any]:
+    root: dict[str, Any] = {}
+    stack: list[tuple[Any, Any]] = [(document, root)]
+    while stack:
+        source, target = stack.pop()
+        items = source.items() if isinstance(source, dict) else enumerate(source)
+        for key, value in items:
+            if isinstance(value, dict | list):
+                child: Any = {} if isinstance(value, dict) else [None] * len(value)
+                stack.append((value, child))
+                value = child
+            elif not isinstance(value, str | int | float | bool | type(None)):
+                value = copy.deepcopy(value)  # a leaf of another type (date, Decimal): shallow depth
+            target[key] = value
+    return root
