@@ -118,6 +118,10 @@ def _admission_handler(phase: Phase, endpoint: str) -> Callable[[web.Request], A
         except TimeoutError:
             state.metrics.rejected.labels("408").inc()
             return _problem(408, f"request body not received within {state.config.body_timeout:g}s")
+        except ConnectionError:
+            # the client went away mid-body (nginx calls this 499): nothing to answer, nothing broken here
+            state.metrics.rejected.labels("499").inc()
+            return _problem(400, "client closed the connection before sending the whole body")
         try:
             review = parse_review(body)
         except ReviewError as error:

@@ -66,3 +66,30 @@ def test_mutating_an_object_nested_deeper_than_orjson_writes_does_not_crash() ->
     pod["spec"]["containers"][0]["deep"] = deep
     decision = evaluate(ruleset, AdmissionInput(object=pod, kind="Pod", namespace="team-a"), Phase.MUTATE)
     assert decision.allowed and decision.patch
+
+
+async def test_client_gone_mid_body_is_counted_not_logged_as_a_server_error(
+    live_server, cert_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Found by bench/fuzz.py: each such client left an "Error handling request" traceback at ERROR.
+    import asyncio
+    import logging
+
+    from tests.support import client_ssl
+
+    body = orjson.dumps(make_review(cpu_pod()))
+    head = f"POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    caplog.set_level(logging.ERROR)
+    for _ in range(5):
+        _, writer = await asyncio.open_connection(
+            "127.0.0.1", live_server.server.port, ssl=client_ssl(cert_dir), server_hostname="localhost"
+        )
+        writer.write(head + body[:50])
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.transport.abort()
+    await asyncio.sleep(0.2)
+    assert live_server.server.state.in_flight == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage() for r in caplog.records]
+    metrics = (await live_server.get("/metrics"))[1]
+    assert 'gpu_webhook_bad_requests_total{code="499"} 5.0' in metrics
