@@ -131,8 +131,8 @@ def field_mutation(rng: random.Random, base: dict[str, Any]) -> Case:
     except orjson.JSONEncodeError:  # deeper than orjson writes: the stdlib encoder goes further
         try:
             body = json.dumps(review).encode()
-        except RecursionError:
-            body = repr(review).encode()
+        except RecursionError:  # mutations stacked nesting on nesting: send a deep body instead
+            body = orjson.dumps(base)[:-2] + b',"x":' + b"[" * 3000 + b"]" * 3000 + b"}}"
     return Case("field", body, uid if isinstance(uid, str) else None)
 
 
