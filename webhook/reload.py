@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import ssl
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,10 +100,18 @@ class CertificateStore:
         cert, key = self.files
         self._fingerprint = fingerprint(self.files)
         try:
-            # Loading into the live context swaps the pair atomically for later handshakes;
-            # a bad pair raises and leaves the old one in place.
-            self.context.load_cert_chain(cert, key)
-            self.not_after = certificate_not_after(cert).timestamp()
+            # load_cert_chain() on the live context replaces the certificate before it checks the
+            # key, so a mismatched pair (cert written before key) would break every new handshake.
+            # Read the pair once, prove it in a scratch context, then load those same bytes live.
+            with tempfile.TemporaryDirectory(prefix="gpu-webhook-tls-") as scratch:  # mode 0700
+                cert_copy, key_copy = Path(scratch) / CERT_FILE, Path(scratch) / KEY_FILE
+                cert_copy.write_bytes(Path(cert).read_bytes())
+                key_copy.touch(mode=0o600)
+                key_copy.write_bytes(Path(key).read_bytes())
+                ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_copy, key_copy)
+                not_after = certificate_not_after(cert_copy).timestamp()
+                self.context.load_cert_chain(cert_copy, key_copy)
+            self.not_after = not_after
         except (OSError, ssl.SSLError, ValueError) as error:
             self.error = f"cannot load {cert} / {key}: {error}"
             log.error("certificate rejected, keeping the previous one", extra={"error": self.error})

@@ -93,3 +93,32 @@ async def test_client_gone_mid_body_is_counted_not_logged_as_a_server_error(
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage() for r in caplog.records]
     metrics = (await live_server.get("/metrics"))[1]
     assert 'gpu_webhook_bad_requests_total{code="499"} 5.0' in metrics
+
+
+async def test_a_mismatched_certificate_pair_keeps_the_old_one_serving(tmp_path: Path) -> None:
+    # Found by the fault test: load_cert_chain() into the live context replaced the certificate
+    # before failing on the key, so every later handshake failed until a good pair arrived.
+    import asyncio
+
+    import aiohttp
+
+    from tests.support import client_ssl, start_server
+    from webhook.certs import CERT_FILE, generate_bundle, write_bundle
+
+    live_dir, other_dir = tmp_path / "live", tmp_path / "other"
+    write_bundle(generate_bundle(["localhost"], ["127.0.0.1"]), live_dir)
+    write_bundle(generate_bundle(["localhost"], ["127.0.0.1"]), other_dir)
+    server = await start_server(live_dir, RULES)
+    try:
+        store = server.state.certs
+        assert store is not None
+        (live_dir / CERT_FILE).write_bytes((other_dir / CERT_FILE).read_bytes())  # the cert arrives first
+        assert await asyncio.to_thread(store.load) is False
+        assert "mismatch" in store.error
+        connector = aiohttp.TCPConnector(ssl=client_ssl(live_dir))  # trusts the old CA only
+        async with aiohttp.ClientSession(connector=connector) as session:
+            url = f"https://localhost:{server.port}/validate"
+            async with session.post(url, json=make_review(cpu_pod())) as response:
+                assert response.status == 200
+    finally:
+        await server.stop()
