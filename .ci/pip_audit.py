@@ -38,7 +38,7 @@ def main(strict: bool) -> int:
     ]  # fmt: skip
     for vuln in ignored():
         command += ["--ignore-vuln", vuln]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)  # noqa: S603
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     try:
         report = json.loads(done.stdout)
     except json.JSONDecodeError:
