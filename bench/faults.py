@@ -167,8 +167,16 @@ class Harness:
         try:
             async with session.post(f"{self.base}/{endpoint}", data=trickle() if slow else body) as response:
                 text = await response.text()
-                answer = orjson.loads(text) if response.status == 200 else None
-                if answer is None or answer["response"]["uid"] != uid:
+                answer = orjson.loads(text)["response"] if response.status == 200 else None
+                # every pod sent is compliant: a denial (a rule error, a spent time budget) is a failure
+                # too, and a GPU pod must get its patch from /mutate
+                wanted_patch = endpoint == "mutate" and index % 2 == 0
+                if (
+                    answer is None
+                    or answer["uid"] != uid
+                    or answer["allowed"] is not True
+                    or ("patch" in answer) != wanted_patch
+                ):
                     self.tally.failed.append(f"HTTP {response.status}: {text[:200]}")
                     return
         except (aiohttp.ClientError, OSError, orjson.JSONDecodeError, KeyError) as error:

@@ -60,6 +60,8 @@ async def permissive_control_server(cert_dir: Path) -> tuple[asyncio.Server, int
     return server, server.sockets[0].getsockname()[1]
 
 
+@pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1:DeprecationWarning")  # deprecated is the point
+@pytest.mark.filterwarnings("ignore:ssl.PROTOCOL_TLS:DeprecationWarning")
 @pytest.mark.parametrize("version", OLD_PROTOCOLS, ids=["TLSv1.0", "TLSv1.1"])
 async def test_tls_1_0_and_1_1_handshakes_are_refused_by_the_server(cert_dir: Path, version: ssl.TLSVersion) -> None:
     control, control_port = await permissive_control_server(cert_dir)
