@@ -110,6 +110,9 @@ def _admission_handler(phase: Phase, endpoint: str) -> Callable[[web.Request], A
 
     async def admit(request: web.Request, state: ServerState) -> web.Response:
         started = time.perf_counter()
+        if (request.content_length or 0) > MAX_BODY:  # refuse from the header, without waiting for the body
+            state.metrics.rejected.labels("413").inc()
+            return _problem(413, f"request body exceeds {MAX_BODY} bytes")
         try:
             body = await asyncio.wait_for(request.read(), state.config.body_timeout)
         except web.HTTPRequestEntityTooLarge:
