@@ -257,7 +257,8 @@ class _Run:
         assert validation is not None
         if validation.message_expression is not None:
             try:
-                message = _evaluate(validation.message_expression, activation)  # already within the budget
+                # limits were checked for this target by the validation that just failed
+                message = _evaluate(validation.message_expression, activation)
                 if isinstance(message, str) and message.strip():
                     return message
             except RuleError:
@@ -288,7 +289,8 @@ class _Run:
     def _eval(self, expression: CompiledExpression, activation: Any, target: Target) -> Any:
         """Run one expression within the request's limits; a limit reached is a RuleError."""
         if self.deadline is not None and time.perf_counter() > self.deadline:
-            raise RuleError(f"time budget of {self.limits.time_budget * 1000:g} ms for this request exceeded")  # type: ignore[operator]
+            budget_ms = (self.limits.time_budget or 0) * 1000
+            raise RuleError(f"time budget of {budget_ms:g} ms for this request exceeded")
         largest = self._largest.get(target.root)
         if largest is None:
             largest = self._largest[target.root] = _largest_collection(
