@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from webhook.admission import ReviewError, build_response, error_response, parse_review
 from webhook.certs import CERT_FILE, KEY_FILE
@@ -30,6 +31,7 @@ from webhook.metrics import Metrics
 from webhook.reload import CertificateStore, RuleStore, watch
 
 log = logging.getLogger("gpu_webhook.server")
+http_log = logging.getLogger("gpu_webhook.http")  # aiohttp's per-connection errors, see _HttpErrors
 MAX_BODY = 3 * 1024 * 1024  # the apiserver's own limit on a request body
 # TLS 1.2 suites with forward secrecy and AEAD only; TLS 1.3 suites are all modern already.
 CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
@@ -193,6 +195,19 @@ def _log_decision(review: Any, decision: Any, outcome: str, endpoint: str) -> No
     log.log(level, "admission decision", extra=extra)
 
 
+class _HttpErrors(logging.Filter):
+    """aiohttp logs every malformed HTTP message at ERROR with a traceback: any client could
+    fill the logs with fake alarms. A malformed message is the client's fault: log it at info,
+    one line, no traceback. Errors of any other kind keep their level and traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, HttpProcessingError):
+            record.msg, record.args = "malformed HTTP request from %s: %s", (*record.args[:1], error.message)  # type: ignore[index]
+            record.levelno, record.levelname, record.exc_info, record.exc_text = logging.INFO, "INFO", None, None
+        return True
+
+
 def _problem(status: int, message: str) -> web.Response:
     return web.Response(status=status, body=orjson.dumps({"error": message}), content_type="application/json")
 
@@ -268,12 +283,15 @@ class Server:
 
     async def start(self) -> None:
         config = self.config
+        if not any(isinstance(f, _HttpErrors) for f in http_log.filters):
+            http_log.addFilter(_HttpErrors())
         runner = web.AppRunner(
             build_app(self.state),
             access_log=None,
             handle_signals=False,
             shutdown_timeout=config.shutdown_timeout,
             keepalive_timeout=config.idle_timeout,
+            logger=http_log,
         )
         await runner.setup()
         assert self.state.certs is not None
@@ -289,6 +307,7 @@ class Server:
                 access_log=None,
                 handle_signals=False,
                 keepalive_timeout=config.idle_timeout,
+                logger=http_log,
             )
             await plain.setup()
             await web.TCPSite(plain, config.metrics_host or "127.0.0.1", config.metrics_port).start()

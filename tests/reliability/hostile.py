@@ -54,14 +54,18 @@ def seeds() -> list[dict[str, Any]]:
     return reviews
 
 
-def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
-    yield prefix
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from _paths(value, (*prefix, key))
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            yield from _paths(value, (*prefix, index))
+def _paths(node: Any, max_depth: int = 40) -> Iterator[tuple[Any, ...]]:
+    """Every path into node, iteratively; inside values the fuzzer nested itself, only the top."""
+    stack: list[tuple[tuple[Any, ...], Any]] = [((), node)]
+    while stack:
+        prefix, value = stack.pop()
+        yield prefix
+        if len(prefix) >= max_depth:
+            continue
+        if isinstance(value, dict):
+            stack.extend(((*prefix, key), child) for key, child in value.items())
+        elif isinstance(value, list):
+            stack.extend(((*prefix, index), child) for index, child in enumerate(value))
 
 
 def _nested(depth: int, rng: random.Random) -> Any:

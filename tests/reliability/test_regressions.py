@@ -142,3 +142,28 @@ async def test_declared_oversized_body_gets_413_at_once(live_server, cert_dir: P
     writer.transport.abort()
     assert status_line.startswith(b"HTTP/1.1 413"), status_line
     assert time.monotonic() - started < 1
+
+
+async def test_malformed_http_is_logged_as_info_without_a_traceback(
+    live_server, cert_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Found by bench/fuzz.py: aiohttp logs every malformed HTTP message (bad chunk sizes, bad
+    # headers) at ERROR with a traceback, so any client could fill the logs with fake alarms.
+    import asyncio
+    import logging
+
+    from tests.support import client_ssl
+
+    caplog.set_level(logging.DEBUG)
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", live_server.server.port, ssl=client_ssl(cert_dir), server_hostname="localhost"
+    )
+    writer.write(
+        b"POST /validate HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n"
+    )
+    await writer.drain()
+    assert (await asyncio.wait_for(reader.readline(), 5)).startswith(b"HTTP/1.0 400")
+    writer.transport.abort()
+    errors = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+    assert not errors, [r.getMessage() for r in errors]
+    assert any("malformed HTTP request" in r.getMessage() for r in caplog.records)
