@@ -131,7 +131,7 @@ class CertificateStore:
 
 
 async def watch(rules: RuleStore, certs: CertificateStore | None, interval: float) -> None:
-    """Poll for changes forever; each reload runs in a thread so requests keep flowing."""
+    """Poll for changes forever; rule reloads run in a thread so requests keep flowing."""
     while True:
         await asyncio.sleep(interval)
         try:
@@ -140,6 +140,9 @@ async def watch(rules: RuleStore, certs: CertificateStore | None, interval: floa
             if certs is not None and certs.changed():
                 # files of a pair are replaced one by one: give the writer a moment to finish
                 await asyncio.sleep(min(interval, 0.2))
-                await asyncio.to_thread(certs.load)
+                # On the loop thread, not a worker: load_cert_chain() sets the certificate, then the
+                # key, and a handshake running between the two (on the loop) would fail. The load
+                # reads two small files and takes about a millisecond, once per rotation.
+                certs.load()
         except Exception:  # the watcher must outlive any surprise; the next tick tries again
             log.exception("reload check failed")
