@@ -69,7 +69,7 @@ def parse_review(body: bytes) -> ParsedReview:
     if not isinstance(uid, str) or not uid:
         raise ReviewError("request.uid must be a non-empty string")
     operation = request.get("operation")
-    if operation not in OPERATIONS:
+    if not isinstance(operation, str) or operation not in OPERATIONS:
         raise ReviewError(f"request.operation must be one of {', '.join(sorted(OPERATIONS))}, got {operation!r}")
     kind = request.get("kind")
     if not isinstance(kind, dict) or not isinstance(kind.get("kind"), str) or not kind["kind"]:

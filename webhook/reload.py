@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import ssl
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,14 +96,17 @@ class CertificateStore:
         cert, key = self.files
         self._fingerprint = fingerprint(self.files)
         try:
-            # Check the pair in a scratch context first. Loading a certificate whose key does not
-            # match into the live context is not harmless: OpenSSL drops the live key when the new
-            # certificate does not match it, the key then fails to load, and every later handshake
-            # fails although the call raised (tests/deploy/test_certificate_rotation.py).
-            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
-            not_after = certificate_not_after(cert).timestamp()
-            # Later handshakes use the new pair; open connections keep the one they negotiated.
-            self.context.load_cert_chain(cert, key)
+            # load_cert_chain() on the live context replaces the certificate before it checks the
+            # key, so a mismatched pair (cert written before key) would break every new handshake.
+            # Read the pair once, prove it in a scratch context, then load those same bytes live.
+            with tempfile.TemporaryDirectory(prefix="gpu-webhook-tls-") as scratch:  # mode 0700
+                cert_copy, key_copy = Path(scratch) / CERT_FILE, Path(scratch) / KEY_FILE
+                cert_copy.write_bytes(Path(cert).read_bytes())
+                key_copy.touch(mode=0o600)
+                key_copy.write_bytes(Path(key).read_bytes())
+                ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_copy, key_copy)
+                not_after = certificate_not_after(cert_copy).timestamp()
+                self.context.load_cert_chain(cert_copy, key_copy)
         except (OSError, ssl.SSLError, ValueError) as error:
             self.error = f"cannot load {cert} / {key}: {error}"
             self.metrics.cert_reload_failures.inc()
@@ -124,7 +128,7 @@ class CertificateStore:
 
 
 async def watch(rules: RuleStore, certs: CertificateStore | None, interval: float) -> None:
-    """Poll for changes forever; each reload runs in a thread so requests keep flowing."""
+    """Poll for changes forever; rule reloads run in a thread so requests keep flowing."""
     while True:
         await asyncio.sleep(interval)
         try:
@@ -133,9 +137,9 @@ async def watch(rules: RuleStore, certs: CertificateStore | None, interval: floa
             if certs is not None and certs.changed():
                 # files of a pair are replaced one by one: give the writer a moment to finish
                 await asyncio.sleep(min(interval, 0.2))
-                # On the loop's own thread, not a worker: CPython releases the GIL between loading
-                # the certificate and the key into the live context, and a connection accepted in
-                # that gap would get the new certificate without its key. Two small files: ~1 ms.
+                # On the loop thread, not a worker: load_cert_chain() sets the certificate, then the
+                # key, and a handshake running between the two (on the loop) would fail. The load
+                # reads two small files and takes about a millisecond, once per rotation.
                 certs.load()
         except Exception:  # the watcher must outlive any surprise; the next tick tries again
             log.exception("reload check failed")

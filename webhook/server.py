@@ -21,14 +21,17 @@ from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from webhook.admission import ReviewError, build_response, error_response, parse_review
 from webhook.certs import CERT_FILE, KEY_FILE
 from webhook.engine import Mode, Phase, evaluate
+from webhook.engine.model import Limits
 from webhook.metrics import Metrics
 from webhook.reload import CertificateStore, RuleStore, watch
 
 log = logging.getLogger("gpu_webhook.server")
+http_log = logging.getLogger("gpu_webhook.http")  # aiohttp's per-connection errors, see _HttpErrors
 MAX_BODY = 3 * 1024 * 1024  # the apiserver's own limit on a request body
 # TLS 1.2 suites with forward secrecy and AEAD only; TLS 1.3 suites are all modern already.
 CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
@@ -56,6 +59,11 @@ class ServerConfig:
     mode: Mode = Mode.ENFORCE
     reload_interval: float = 1.0
     body_timeout: float = 10.0  # a client that trickles its body is cut off after this
+    # A connection with no request in progress (idle, or still sending its headers) is closed
+    # after this; aiohttp's own default is an hour, which lets stalled clients pile up.
+    idle_timeout: float = 30.0
+    rule_time_budget: float | None = 0.1  # seconds of rule evaluation per request; past it rules error
+    max_collection: int = 1000  # larger lists/maps in a pod spec are not handed to CEL (rule error)
     shutdown_timeout: float = 25.0  # in-flight requests get this long to finish on SIGTERM
     drain_delay: float = 0.0  # after SIGTERM, keep serving while endpoints are removed
     client_ca: str | None = None  # require client certificates signed by this CA (the apiserver's)
@@ -111,6 +119,9 @@ def _admission_handler(phase: Phase, endpoint: str) -> Callable[[web.Request], A
 
     async def admit(request: web.Request, state: ServerState) -> web.Response:
         started = time.perf_counter()
+        if (request.content_length or 0) > MAX_BODY:  # refuse from the header, without waiting for the body
+            state.metrics.rejected.labels("413").inc()
+            return _problem(413, f"request body exceeds {MAX_BODY} bytes")
         try:
             body = await asyncio.wait_for(request.read(), state.config.body_timeout)
         except web.HTTPRequestEntityTooLarge:
@@ -119,6 +130,10 @@ def _admission_handler(phase: Phase, endpoint: str) -> Callable[[web.Request], A
         except TimeoutError:
             state.metrics.rejected.labels("408").inc()
             return _problem(408, f"request body not received within {state.config.body_timeout:g}s")
+        except ConnectionError:
+            # the client went away mid-body (nginx calls this 499): nothing to answer, nothing broken here
+            state.metrics.rejected.labels("499").inc()
+            return _problem(400, "client closed the connection before sending the whole body")
         try:
             review = parse_review(body)
         except ReviewError as error:
@@ -139,6 +154,7 @@ def _admission_handler(phase: Phase, endpoint: str) -> Callable[[web.Request], A
                 phase=phase,
                 mode=state.config.mode,
                 trace=log.isEnabledFor(logging.DEBUG),
+                limits=Limits(state.config.rule_time_budget, state.config.max_collection),
             )
             answer = build_response(review.uid, decision, include_patch)
         except Exception:  # a bug must refuse this one request, loudly, and keep the server up
@@ -187,6 +203,19 @@ def _log_decision(review: Any, decision: Any, outcome: str, endpoint: str) -> No
             {"rule": t.rule, "target": t.target, "result": t.result, "reason": t.reason} for t in decision.trace
         ]
     log.log(level, "admission decision", extra=extra)
+
+
+class _HttpErrors(logging.Filter):
+    """aiohttp logs every malformed HTTP message at ERROR with a traceback: any client could
+    fill the logs with fake alarms. A malformed message is the client's fault: log it at info,
+    one line, no traceback. Errors of any other kind keep their level and traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, HttpProcessingError):
+            record.msg, record.args = "malformed HTTP request from %s: %s", (*record.args[:1], error.message)  # type: ignore[index]
+            record.levelno, record.levelname, record.exc_info, record.exc_text = logging.INFO, "INFO", None, None
+        return True
 
 
 def _problem(status: int, message: str) -> web.Response:
@@ -268,8 +297,15 @@ class Server:
 
     async def start(self) -> None:
         config = self.config
+        if not any(isinstance(f, _HttpErrors) for f in http_log.filters):
+            http_log.addFilter(_HttpErrors())
         runner = web.AppRunner(
-            build_app(self.state), access_log=None, handle_signals=False, shutdown_timeout=config.shutdown_timeout
+            build_app(self.state),
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=config.shutdown_timeout,
+            keepalive_timeout=config.idle_timeout,
+            logger=http_log,
         )
         await runner.setup()
         assert self.state.certs is not None
@@ -280,7 +316,13 @@ class Server:
         self._runners.append(runner)
         self.port = runner.addresses[0][1]
         if config.metrics_port is not None:
-            plain = web.AppRunner(build_app(self.state, admission=False), access_log=None, handle_signals=False)
+            plain = web.AppRunner(
+                build_app(self.state, admission=False),
+                access_log=None,
+                handle_signals=False,
+                keepalive_timeout=config.idle_timeout,
+                logger=http_log,
+            )
             await plain.setup()
             await web.TCPSite(plain, config.metrics_host or "127.0.0.1", config.metrics_port).start()
             self._runners.append(plain)

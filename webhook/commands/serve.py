@@ -38,6 +38,18 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--shutdown-timeout", type=float, default=25.0, help="seconds in-flight requests get on SIGTERM"
     )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=30.0,
+        help="close a connection after this many seconds without a request in progress (stalled clients)",
+    )
+    parser.add_argument(
+        "--rule-time-budget",
+        type=float,
+        default=0.1,
+        help="seconds of rule evaluation per request; rules still to run after it error under their failurePolicy",
+    )
     parser.add_argument("--drain-delay", type=float, default=0.0, help="seconds to keep serving after SIGTERM")
     parser.add_argument(
         "--namespaces",
@@ -83,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
         reload_interval=args.reload_interval,
         shutdown_timeout=args.shutdown_timeout,
         drain_delay=args.drain_delay,
+        rule_time_budget=args.rule_time_budget,
+        idle_timeout=args.idle_timeout,
         client_ca=args.client_ca,
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,

@@ -37,6 +37,16 @@ VARIABLES = (
 TARGET_VARIABLES = ("targetGpuCount", "containerGpus", "quantities", "accelerators")
 _POSITION = re.compile(r"<input>:(\d+):(\d+):")
 
+# Static cost limits (the runtime has an iteration budget but no cost limit of its own).
+MAX_EXPRESSION_LENGTH = 10_000
+MAX_COMPREHENSION_DEPTH = 3  # the default pack needs 2; each level multiplies the work by a list's size
+_COMPREHENSIONS = frozenset({"all", "exists", "exists_one", "map", "filter", "transformList", "transformMap"})
+_STRING_LITERAL = re.compile(
+    r"""[rRbB]{0,2}(?:'{3}.*?'{3}|"{3}.*?"{3}|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*")""", re.DOTALL
+)
+_CALL = re.compile(r"\.\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+_LITERAL = "\x00"  # stands for a string literal once literals are blanked out
+
 
 class CelCompileError(ValueError):
     def __init__(self, message: str, line: int = 1, column: int = 1) -> None:
@@ -124,6 +134,7 @@ class CelEnvironment:
     def compile(self, text: str) -> CompiledExpression:
         if not isinstance(text, str) or not text.strip():
             raise CelCompileError("expression is empty")
+        check_cost(text)
         try:
             checked = self._env.compile(text)  # the author's text: exact positions and result types
         except RuntimeError as error:
@@ -143,6 +154,56 @@ class CelEnvironment:
 
     def activation(self, variables: Mapping[str, Any]) -> Any:
         return self._env.Activation(variables)
+
+
+def check_cost(text: str) -> None:
+    """Refuse expressions whose cost could grow without bound with the object's size.
+
+    A static estimate on the text, since the runtime exposes no syntax tree: comprehension
+    nesting depth, and replace() with a computed replacement (x.replace('a', x) squares the
+    string's size on every call). Literals are blanked first so their contents do not count.
+    """
+    if len(text) > MAX_EXPRESSION_LENGTH:
+        raise CelCompileError(f"expression is longer than {MAX_EXPRESSION_LENGTH} characters")
+    blank = _STRING_LITERAL.sub(_LITERAL, text)
+    calls = {match.end() - 1: match.group(1) for match in _CALL.finditer(blank)}
+    stack: list[tuple[str | None, int]] = []  # (function called at this parenthesis, argument start)
+    depth = deepest = 0
+    for position, char in enumerate(blank):
+        if char == "(":
+            name = calls.get(position)
+            stack.append((name, position + 1))
+            if name in _COMPREHENSIONS:
+                depth += 1
+                deepest = max(deepest, depth)
+        elif char == ")" and stack:
+            name, start = stack.pop()
+            if name in _COMPREHENSIONS:
+                depth -= 1
+            elif name == "replace" and not _literal_replacement(blank[start:position]):
+                raise CelCompileError("replace() needs a string literal as its replacement (cost limit)")
+    if deepest > MAX_COMPREHENSION_DEPTH:
+        raise CelCompileError(
+            f"comprehensions nested {deepest} deep (limit {MAX_COMPREHENSION_DEPTH}): the cost would grow "
+            f"with the {deepest}th power of the object's list sizes"
+        )
+
+
+def _literal_replacement(arguments: str) -> bool:
+    """replace(old, new[, n]): is `new` a literal? Splits at top-level commas."""
+    parts, level, current = [], 0, ""
+    for char in arguments:
+        if char in "([{":
+            level += 1
+        elif char in ")]}":
+            level -= 1
+        if char == "," and level == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += char
+    parts.append(current.strip())
+    return len(parts) >= 2 and parts[1] == _LITERAL
 
 
 def _quantity(text: str) -> float:

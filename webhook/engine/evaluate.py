@@ -9,6 +9,7 @@ offline doors (audit, test, explain) call both.
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -17,7 +18,7 @@ from typing import Any
 import orjson
 
 from .cel import CelEvaluationError, CompiledExpression
-from .model import Action, Decision, Mode, Phase, Rule, RuleTrace, Target, Violation
+from .model import DEFAULT_LIMITS, Action, Decision, Limits, Mode, Phase, Rule, RuleTrace, Target, Violation
 from .mutate import MutationContext, MutationError
 from .patch import PatchConflict, Patcher
 from .quantity import QuantityError, parse_quantity
@@ -73,6 +74,7 @@ def evaluate(
     phase: Phase = Phase.ALL,
     mode: Mode = Mode.ENFORCE,
     trace: bool = True,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> Decision:
     decision = Decision()
     subject = admission.subject
@@ -82,7 +84,7 @@ def evaluate(
     candidates = ruleset.candidates(kind, admission.operation)
     if not candidates:
         return decision
-    run = _Run(ruleset, admission, decision, mode, trace)
+    run = _Run(ruleset, admission, decision, mode, trace, limits)
     if phase != Phase.VALIDATE and admission.object is not None:
         for rule in candidates:
             if rule.mutations:
@@ -102,7 +104,7 @@ class _Run:
     """The state of one evaluation: the working copy, its patcher, and cached targets."""
 
     def __init__(
-        self, ruleset: RuleSet, admission: AdmissionInput, decision: Decision, mode: Mode, trace: bool
+        self, ruleset: RuleSet, admission: AdmissionInput, decision: Decision, mode: Mode, trace: bool, limits: Limits
     ) -> None:
         self.ruleset = ruleset
         self.admission = admission
@@ -116,11 +118,16 @@ class _Run:
         self._refused_for_context: set[tuple[str, str]] = set()
         self._facts: dict[tuple[str | int, ...], _TargetFacts] = {}
         self._facts_version = 0  # patch length the cached facts were computed at
+        self.limits = limits
+        budget = limits.time_budget
+        self.deadline = None if budget is None else time.perf_counter() + budget
+        self._largest: dict[tuple[str | int, ...], int] = {}
 
     # -- targets ---------------------------------------------------------------------------------
     def targets(self, rule: Rule) -> list[Target]:
         kinds = rule.match.kinds
-        if "*" in kinds or self.working.get("kind") in kinds:
+        kind = self.working.get("kind")
+        if "*" in kinds or (isinstance(kind, str) and kind in kinds):  # the object is the tenant's: any type
             if self._object_target is None:
                 self._object_target = object_target(self.working)
             return [self._object_target]
@@ -145,7 +152,7 @@ class _Run:
                 patcher=self.patcher,
                 target=target,
                 operation=self.admission.operation,
-                evaluate=lambda expression, a=activation: _evaluate(expression, a),
+                evaluate=lambda expression, a=activation, t=target: self._eval(expression, a, t),
                 accelerators=self.ruleset.accelerators,
             )
             try:
@@ -166,7 +173,7 @@ class _Run:
                 continue
             activation = self._activation(rule, target)
             try:
-                result = _evaluate(rule.validate.expression, activation)
+                result = self._eval(rule.validate.expression, activation, target)
                 messages = _failures(result, rule)
                 if messages is None:
                     raise RuleError(f"validate.expression gave {type(result).__name__}, expected bool or list")
@@ -185,7 +192,16 @@ class _Run:
     # -- helpers ---------------------------------------------------------------------------------
     def _match(self, rule: Rule, target: Target) -> RuleTrace | None:
         """The rule's trace entry when it matches this target, else None (traced with the reason)."""
-        reason = self._mismatch(rule, target)
+        try:
+            reason = self._mismatch(rule, target)
+        except RuleError as error:
+            # A condition that cannot be evaluated is an error under failurePolicy, never "no match":
+            # otherwise an object shaped to break the condition would slip past a Fail rule.
+            entry = RuleTrace(rule=rule.name, target=target.description, matched=True)
+            if self.trace:
+                self.decision.trace.append(entry)
+            self._error(rule, target, entry, f"match.condition failed: {error}")
+            return None
         entry = RuleTrace(rule=rule.name, target=target.description, matched=reason is None, reason=reason or "")
         if self.trace:
             self.decision.trace.append(entry)
@@ -218,12 +234,11 @@ class _Run:
             has_gpus = self._gpus(target) > 0
             if has_gpus != match.gpu:
                 return "requests no accelerators (gpu: true)" if match.gpu else "requests accelerators (gpu: false)"
-        if match.condition is not None:
-            try:
-                if _evaluate(match.condition, self._activation(rule, target)) is not True:
-                    return "condition is false"
-            except RuleError as error:
-                return f"condition failed: {error}"
+        if (
+            match.condition is not None
+            and self._eval(match.condition, self._activation(rule, target), target) is not True
+        ):
+            return "condition is false"
         return None
 
     def _object_selected(self, rule: Rule, target: Target) -> bool:
@@ -289,6 +304,7 @@ class _Run:
         assert validation is not None
         if validation.message_expression is not None:
             try:
+                # limits were checked for this target by the validation that just failed
                 message = _evaluate(validation.message_expression, activation)
                 if isinstance(message, str) and message.strip():
                     return message
@@ -319,6 +335,49 @@ class _Run:
         self.decision.errors.append(f"{rule.name}: {target.description}: {message}")
         if rule.failure_policy == "Fail":
             self._record(rule, target, f"rule {rule.name} could not be evaluated: {message}")
+
+    def _eval(self, expression: CompiledExpression, activation: Any, target: Target) -> Any:
+        """Run one expression within the request's limits; a limit reached is a RuleError."""
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            budget_ms = (self.limits.time_budget or 0) * 1000
+            raise RuleError(f"time budget of {budget_ms:g} ms for this request exceeded")
+        largest = self._largest.get(target.root)
+        if largest is None:
+            largest = self._largest[target.root] = _largest_collection(
+                _at(self.working, target.root), self.limits.max_collection
+            )
+        if largest > self.limits.max_collection:
+            raise RuleError(
+                f"{target.description} is too large to evaluate: a list or map of {largest} items "
+                f"(limit {self.limits.max_collection})"
+            )
+        return _evaluate(expression, activation)
+
+
+def _largest_collection(document: Any, limit: int) -> int:
+    """Size of the largest list or map inside document; stops early once one exceeds limit."""
+    try:
+        if len(orjson.dumps(document)) <= 2 * limit:
+            return 0  # each item takes at least two bytes ("0,"): nothing can be over the limit
+    except (TypeError, orjson.JSONEncodeError):
+        pass  # values JSON cannot carry (offline YAML): walk instead
+    largest = 0
+    stack = [document]
+    while stack:  # iterative: a 10,000-deep object must not hit the recursion limit
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            size = len(node)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            size = len(node)
+            stack.extend(node)
+        else:
+            continue
+        if size > largest:
+            largest = size
+            if largest > limit:
+                break
+    return largest
 
 
 def _evaluate(expression: CompiledExpression, activation: Any) -> Any:
@@ -416,4 +475,23 @@ def _copy(document: dict[str, Any]) -> dict[str, Any]:
     try:
         return orjson.loads(orjson.dumps(document))
     except (TypeError, orjson.JSONEncodeError):
-        return copy.deepcopy(document)  # values JSON cannot carry (YAML timestamps, huge ints)
+        # values JSON cannot carry (YAML timestamps, huge ints), or nesting past the 255 levels
+        # orjson writes (it reads 1,024): copy without recursion, whatever the depth
+        return _deep_copy(document)
+
+
+def _deep_copy(document: dict[str, Any]) -> dict[str, Any]:
+    root: dict[str, Any] = {}
+    stack: list[tuple[Any, Any]] = [(document, root)]
+    while stack:
+        source, target = stack.pop()
+        items = source.items() if isinstance(source, dict) else enumerate(source)
+        for key, value in items:
+            if isinstance(value, dict | list):
+                child: Any = {} if isinstance(value, dict) else [None] * len(value)
+                stack.append((value, child))
+                value = child
+            elif not isinstance(value, str | int | float | bool | type(None)):
+                value = copy.deepcopy(value)  # a leaf of another type (date, Decimal): shallow depth
+            target[key] = value
+    return root

@@ -24,12 +24,24 @@ _SUFFIXES: dict[str, Decimal] = {
 }
 
 
+# Beyond this a quantity means nothing to a scheduler, and turning "1e999999999" into an int
+# would take the process hours: such values are refused before any arithmetic.
+MAX_EXPONENT = 30
+
+
 class QuantityError(ValueError):
     pass
 
 
 def parse_quantity(value: object) -> Decimal:
     """Parse a quantity the way the apiserver does; raise QuantityError when it would not."""
+    number = _parse(value)
+    if number and number.adjusted() > MAX_EXPONENT:
+        raise QuantityError(f"quantity out of range: {value!r}")
+    return number
+
+
+def _parse(value: object) -> Decimal:
     if isinstance(value, bool):
         raise QuantityError(f"not a quantity: {value!r}")
     if isinstance(value, int | float):
@@ -58,6 +70,6 @@ def _number(text: str, original: str) -> Decimal:
         number = Decimal(text)
     except InvalidOperation:
         raise QuantityError(f"not a quantity: {original!r}") from None
-    if not number.is_finite():
+    if not number.is_finite() or number.adjusted() > MAX_EXPONENT:
         raise QuantityError(f"not a quantity: {original!r}")
     return number

@@ -43,14 +43,15 @@ class Accelerators:
         resources = container.get("resources")
         if not isinstance(resources, Mapping):
             return 0
-        requests = resources.get("requests")
+        # not named `requests`: bandit takes requests.get() for the HTTP library (B113)
+        asked = resources.get("requests")
         limits = resources.get("limits")
-        requests = requests if isinstance(requests, Mapping) else {}
+        asked = asked if isinstance(asked, Mapping) else {}
         limits = limits if isinstance(limits, Mapping) else {}
         total = 0
-        for name in set(requests) | set(limits):
+        for name in set(asked) | set(limits):
             if name in self:
-                total += _whole(requests.get(name, limits.get(name)))
+                total += _whole(asked.get(name, limits.get(name)))
         return total
 
     def pod_count(self, pod_spec: Mapping[str, Any] | None) -> int:

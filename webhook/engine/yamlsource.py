@@ -1,7 +1,10 @@
 """Safe YAML loading that remembers where every value and key came from (file:line:column).
 
 Only the safe loader is used: no tag can build a Python object. Duplicate keys are
-reported rather than silently keeping the last one.
+reported rather than silently keeping the last one. Aliases share the value built for
+their anchor, and a document whose aliases would expand past MAX_EXPANDED_VALUES (a
+"billion laughs"), or refer to themselves, is refused: code that walks or copies rule
+values (schema checks, the `merge` mutation on every request) must never meet one.
 """
 
 from __future__ import annotations
@@ -12,6 +15,9 @@ from typing import Any
 import yaml
 
 from .pointer import Path
+
+MAX_EXPANDED_VALUES = 100_000
+_PLAIN_COLLECTIONS = frozenset({"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"})
 
 try:
     _Loader: type = yaml.CSafeLoader
@@ -103,6 +109,7 @@ def load_documents(text: str, file: str) -> list[Document]:
                 continue
             document = Document(data=None, file=file, index=len(documents), lines=lines)
             document.data = _build(loader, node, (), document, {})
+            _check_expansion(document.data, node)
             documents.append(document)
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
@@ -116,14 +123,42 @@ def load_documents(text: str, file: str) -> list[Document]:
     return documents
 
 
+def _check_expansion(data: Any, node: yaml.Node) -> None:
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+    line = node.start_mark.line + 1
+
+    def size(value: Any) -> int:
+        if not isinstance(value, dict | list):
+            return 1
+        key = id(value)
+        if key in sizes:
+            return sizes[key]
+        if key in open_:
+            raise YamlError("an alias refers to a value that contains it (recursive aliases)", line, 1)
+        open_.add(key)
+        total = 1 + sum(size(v) for v in (value.values() if isinstance(value, dict) else value))
+        open_.discard(key)
+        sizes[key] = total
+        if total > MAX_EXPANDED_VALUES:
+            raise YamlError(f"aliases expand this document past {MAX_EXPANDED_VALUES} values", line, 1)
+        return total
+
+    try:
+        size(data)
+    except RecursionError:
+        raise YamlError("document is nested too deeply", line, 1) from None
+
+
 def _build(loader: Any, node: yaml.Node, path: Path, document: Document, built: dict[int, Any]) -> Any:
     # An alias reuses the value already built for its anchor: no "billion laughs" expansion.
     if id(node) in built:
         return built[id(node)]
     document.values[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
-    if not isinstance(node, yaml.ScalarNode) and node.tag not in _COLLECTION_TAGS:
-        # the safe constructor refuses unknown tags on scalars; refuse them on collections too
-        raise YamlError(f"unsupported tag {node.tag}", node.start_mark.line + 1, node.start_mark.column + 1)
+    if isinstance(node, yaml.CollectionNode) and node.tag not in _PLAIN_COLLECTIONS:
+        # maps and lists are built here, not by the loader's constructors: refuse explicit tags
+        # (!!python/object/apply:..., !!set) instead of silently building a plain value from them
+        raise YamlError(f"tag {node.tag!r} is not allowed in rule files", node.start_mark.line + 1, 1)
     if isinstance(node, yaml.MappingNode):
         loader.flatten_mapping(node)  # resolves `<<` merge keys the way the safe loader does
         result: dict[Any, Any] = {}
@@ -146,5 +181,3 @@ def _build(loader: Any, node: yaml.Node, path: Path, document: Document, built: 
         return items
     return loader.construct_object(node, deep=True)
 
-
-_COLLECTION_TAGS = frozenset({"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"})

@@ -1,0 +1,278 @@
+"""Properties of the default rule pack over generated Pods and workloads (DESIGN §3).
+
+For any object: the patch applies cleanly with jsonpatch and gives the engine's mutated
+object; applying the rule set to its own output changes nothing; the fields we touch
+stay valid for their kind; and every door gives the same decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import re
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import jsonpatch
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.support import RULES, client_ssl, make_review, start_server
+from webhook.engine import AdmissionInput, Phase, evaluate, load_rules
+from webhook.engine.workloads import pod_template_targets
+
+RULESET = load_rules(RULES).ruleset
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+GPU_RESOURCES = ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "amd.com/gpu", "cpu", "memory"]
+
+names = st.from_regex(r"[a-z][a-z0-9-]{0,10}", fullmatch=True)
+label_keys = st.one_of(
+    st.sampled_from(["app", "kueue.x-k8s.io/queue-name", "a~b", "x/y~1z", "team.example.com/owner", "~0", "/"]),
+    st.from_regex(r"[a-z]{1,5}(\.[a-z]{1,5})?/[a-z~]{1,5}", fullmatch=True),
+)
+label_values = st.from_regex(r"([a-z0-9]([-a-z0-9_.]{0,8}[a-z0-9])?)?", fullmatch=True)
+labels = st.one_of(st.none(), st.just({}), st.dictionaries(label_keys, label_values, max_size=4))
+quantity = st.sampled_from(["1", "2", "8", "0", "500m", "1Gi"])
+
+
+@st.composite
+def resources(draw: st.DrawFn) -> dict[str, Any] | None:
+    if draw(st.booleans()):
+        return None
+    limits = draw(st.dictionaries(st.sampled_from(GPU_RESOURCES), quantity, max_size=2))
+    out: dict[str, Any] = {}
+    if limits or draw(st.booleans()):
+        out["limits"] = limits
+    if draw(st.booleans()):  # requests equal to limits, or different, or missing
+        out["requests"] = (
+            dict(limits)
+            if draw(st.booleans())
+            else draw(st.dictionaries(st.sampled_from(GPU_RESOURCES), quantity, max_size=2))
+        )
+    return out
+
+
+@st.composite
+def container(draw: st.DrawFn, init: bool = False) -> dict[str, Any]:
+    c: dict[str, Any] = {"name": draw(names), "image": "registry.example/app:1"}
+    r = draw(resources())
+    if r is not None:
+        c["resources"] = r
+    env = draw(
+        st.lists(
+            st.sampled_from(
+                [
+                    {"name": "A", "value": "1"},
+                    {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+                    {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+                    {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                ]
+            ),
+            max_size=2,
+        )
+    )
+    if env or draw(st.booleans()):
+        c["env"] = env
+    if init and draw(st.booleans()):
+        c["restartPolicy"] = "Always"  # a sidecar
+    return c
+
+
+tolerations = st.sampled_from(
+    [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"},
+        {"key": "other", "operator": "Exists"},
+        {"operator": "Exists"},
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+    ]
+)
+requirement = st.sampled_from(
+    [
+        {"key": "zone", "operator": "In", "values": ["a", "b"]},
+        {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]},
+        {"key": "kubernetes.io/arch", "operator": "NotIn", "values": ["arm64"]},
+        {"key": "pool", "operator": "Exists"},
+    ]
+)
+
+
+@st.composite
+def affinity(draw: st.DrawFn) -> dict[str, Any] | None:
+    shape = draw(st.sampled_from(["none", "empty", "preferred-only", "required"]))
+    if shape == "none":
+        return None
+    if shape == "empty":
+        return {}
+    if shape == "preferred-only":
+        return {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
+    terms = draw(
+        st.lists(
+            st.one_of(
+                st.builds(lambda e: {"matchExpressions": e}, st.lists(requirement, min_size=1, max_size=3)),
+                st.just({"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}),
+            ),
+            min_size=1,
+            max_size=3,
+        )
+    )
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
+@st.composite
+def pod_spec(draw: st.DrawFn) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": draw(st.lists(container(), min_size=1, max_size=3))}
+    init = draw(st.lists(container(init=True), max_size=2))
+    if init:
+        spec["initContainers"] = init
+    t = draw(st.one_of(st.none(), st.lists(tolerations, max_size=3)))
+    if t is not None:
+        spec["tolerations"] = t
+    a = draw(affinity())
+    if a is not None:
+        spec["affinity"] = a
+    if draw(st.booleans()):
+        spec["nodeSelector"] = draw(st.dictionaries(label_keys, label_values, max_size=2))
+    return spec
+
+
+@st.composite
+def template(draw: st.DrawFn) -> dict[str, Any]:
+    out: dict[str, Any] = {"spec": draw(pod_spec())}
+    metadata_labels = draw(labels)
+    if metadata_labels is not None:
+        out["metadata"] = {"labels": metadata_labels}
+    return out
+
+
+@st.composite
+def workload(draw: st.DrawFn) -> dict[str, Any]:
+    kind = draw(st.sampled_from(["Pod", "Deployment", "Job", "PyTorchJob"]))
+    metadata: dict[str, Any] = {"name": draw(names), "namespace": "team-a"}
+    object_labels = draw(labels)
+    if object_labels is not None:
+        metadata["labels"] = object_labels
+    if kind == "Pod":
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": draw(pod_spec())}
+    if kind == "PyTorchJob":
+        roles = draw(st.lists(st.sampled_from(["Master", "Worker"]), min_size=1, max_size=2, unique=True))
+        specs = {role: {"replicas": 1, "template": draw(template())} for role in roles}
+        return {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": kind,
+            "metadata": metadata,
+            "spec": {"pytorchReplicaSpecs": specs},
+        }
+    api = "apps/v1" if kind == "Deployment" else "batch/v1"
+    return {"apiVersion": api, "kind": kind, "metadata": metadata, "spec": {"template": draw(template())}}
+
+
+def admission(obj: dict[str, Any]) -> AdmissionInput:
+    return AdmissionInput(object=obj, operation="CREATE", kind=obj["kind"], namespace="team-a")
+
+
+def pod_specs(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    if obj["kind"] == "Pod":
+        return [obj["spec"]]
+    found = []
+    for target in pod_template_targets(obj):
+        node: Any = obj
+        for part in target.pod_specs[0]:
+            node = node[part]
+        found.append(node)
+    return found
+
+
+def assert_valid_pod_spec(spec: dict[str, Any]) -> None:
+    """Structural checks of the fields the rules touch, as the apiserver's validation sees them."""
+    if "tolerations" in spec:
+        assert isinstance(spec["tolerations"], list)
+        for toleration in spec["tolerations"]:
+            assert isinstance(toleration, dict)
+            assert all(isinstance(v, str | int) for v in toleration.values())
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    if required is not None:
+        terms = required["nodeSelectorTerms"]
+        assert isinstance(terms, list) and terms, "nodeSelectorTerms must not be empty"
+        for term in terms:
+            assert isinstance(term, dict) and ("matchExpressions" in term or "matchFields" in term)
+            for expression in term.get("matchExpressions", []):
+                assert isinstance(expression["key"], str) and isinstance(expression["operator"], str)
+                assert all(isinstance(v, str) for v in expression.get("values", []))
+
+
+def assert_valid_labels(obj: Any) -> None:
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            if key == "labels" and isinstance(value, dict):
+                for name, label in value.items():
+                    assert isinstance(name, str) and isinstance(label, str)
+                    assert len(label) <= 63 and LABEL_VALUE.match(label), label
+            else:
+                assert_valid_labels(value)
+    elif isinstance(obj, list):
+        for item in obj:
+            assert_valid_labels(item)
+
+
+@given(workload())
+def test_patch_applies_cleanly_is_idempotent_and_keeps_the_object_valid(obj: dict[str, Any]) -> None:
+    assert RULESET is not None
+    original = orjson.loads(orjson.dumps(obj))
+    decision = evaluate(RULESET, admission(obj), Phase.MUTATE)
+    assert obj == original, "the engine must not edit the request object"
+    patched = jsonpatch.apply_patch(original, decision.patch) if decision.patch else original
+    if decision.patch:
+        assert patched == decision.mutated
+    again = evaluate(RULESET, admission(patched), Phase.MUTATE)
+    assert again.patch == [], f"second pass changed the object: {again.patch}"
+    for spec in pod_specs(patched):
+        assert_valid_pod_spec(spec)
+    assert_valid_labels(patched)
+
+
+async def _through_server(objects: list[dict[str, Any]], cert_dir: Path, rules_dir: Path) -> list[dict[str, Any]]:
+    server = await start_server(cert_dir, rules_dir)
+    answers = []
+    try:
+        connector = aiohttp.TCPConnector(ssl=client_ssl(cert_dir))
+        async with aiohttp.ClientSession(connector=connector) as session:
+            for obj in objects:
+                answer = {}
+                for endpoint in ("mutate", "validate"):
+                    review = make_review(obj)
+                    url = f"https://localhost:{server.port}/{endpoint}"
+                    async with session.post(url, json=review) as response:
+                        assert response.status == 200
+                        answer[endpoint] = (await response.json())["response"]
+                answers.append(answer)
+    finally:
+        await server.stop()
+    return answers
+
+
+def test_same_decision_through_engine_server_and_audit(cert_dir: Path, rules_dir: Path) -> None:
+    """Every door gives one decision. Engine and HTTPS server now; extend with the `audit` door
+    (run it on the same objects and compare allowed / messages) once that branch is merged."""
+    objects: list[dict[str, Any]] = []
+
+    @settings(max_examples=60 if settings().max_examples <= 100 else 500)  # each one is two HTTPS requests
+    @given(workload())
+    def collect(obj: dict[str, Any]) -> None:
+        objects.append(obj)
+
+    collect()
+    answers = asyncio.run(_through_server(objects, cert_dir, rules_dir))
+    assert RULESET is not None
+    for obj, answer in zip(objects, answers, strict=True):
+        mutated = evaluate(RULESET, admission(obj), Phase.MUTATE)
+        patch = answer["mutate"].get("patch")
+        assert (orjson.loads(base64.b64decode(patch)) if patch else []) == mutated.patch, obj
+        validated = evaluate(RULESET, admission(obj), Phase.VALIDATE)
+        assert answer["validate"]["allowed"] is validated.allowed, obj
+        if not validated.allowed:
+            assert validated.denial_message in answer["validate"]["status"]["message"]
