@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import io
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -16,10 +19,12 @@ from typing import Any
 import aiohttp
 import jsonpatch
 import orjson
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support import RULES, client_ssl, make_review, start_server
+from webhook.cli import main
 from webhook.engine import AdmissionInput, Phase, evaluate, load_rules
 from webhook.engine.workloads import pod_template_targets
 
@@ -255,9 +260,8 @@ async def _through_server(objects: list[dict[str, Any]], cert_dir: Path, rules_d
     return answers
 
 
-def test_same_decision_through_engine_server_and_audit(cert_dir: Path, rules_dir: Path) -> None:
-    """Every door gives one decision. Engine and HTTPS server now; extend with the `audit` door
-    (run it on the same objects and compare allowed / messages) once that branch is merged."""
+def test_same_decision_through_engine_server_and_audit(cert_dir: Path, rules_dir: Path, tmp_path: Path) -> None:
+    """Every door gives one decision: the engine, the HTTPS server and `gpu-webhook audit`."""
     objects: list[dict[str, Any]] = []
 
     @settings(max_examples=60 if settings().max_examples <= 100 else 500)  # each one is two HTTPS requests
@@ -276,3 +280,18 @@ def test_same_decision_through_engine_server_and_audit(cert_dir: Path, rules_dir
         assert answer["validate"]["allowed"] is validated.allowed, obj
         if not validated.allowed:
             assert validated.denial_message in answer["validate"]["status"]["message"]
+
+    # the audit door, run as a user runs it, on a file holding the same objects
+    documents = [{**obj, "metadata": {**obj.get("metadata", {}), "namespace": "team-a"}} for obj in objects]
+    manifest = tmp_path / "objects.yaml"
+    manifest.write_text(yaml.safe_dump_all(documents))
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        main(["audit", str(manifest), "--rules", str(rules_dir), "-o", "json"])
+    rows = json.loads(output.getvalue())["objects"]
+    assert len(rows) == len(documents)
+    for obj, row in zip(documents, rows, strict=True):
+        full = evaluate(RULESET, admission(obj), Phase.ALL)
+        assert row.get("patch", []) == full.patch, obj
+        denied = {r["rule"] for r in row["rules"] if r["result"] == "fail"}
+        assert denied == {v.rule for v in full.violations}, obj

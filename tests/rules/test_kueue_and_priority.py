@@ -113,7 +113,9 @@ class TestQueueRequired:
 
 class TestPriorityClassByWorkload:
     def test_serving_deployment_gets_the_critical_class(self, rule_pack):
-        decision = run(rule_pack("priority-class-by-workload"), example("deployment-vllm-serving.yaml"), namespace("team-a"))
+        decision = run(
+            rule_pack("priority-class-by-workload"), example("deployment-vllm-serving.yaml"), namespace("team-a")
+        )
         assert decision.patch == [
             {"op": "add", "path": "/spec/template/spec/priorityClassName", "value": "gpu-critical"}
         ]

@@ -180,4 +180,3 @@ def _build(loader: Any, node: yaml.Node, path: Path, document: Document, built: 
         items.extend(_build(loader, item, (*path, index), document, built) for index, item in enumerate(node.value))
         return items
     return loader.construct_object(node, deep=True)
-
