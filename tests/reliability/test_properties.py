@@ -284,7 +284,7 @@ def test_same_decision_through_engine_server_and_audit(cert_dir: Path, rules_dir
     # the audit door, run as a user runs it, on a file holding the same objects
     documents = [{**obj, "metadata": {**obj.get("metadata", {}), "namespace": "team-a"}} for obj in objects]
     manifest = tmp_path / "objects.yaml"
-    manifest.write_text(yaml.safe_dump_all(documents))
+    manifest.write_text(yaml.safe_dump_all(documents, sort_keys=False))  # keep key order: it orders the patch
     output = io.StringIO()
     with contextlib.redirect_stdout(output):
         main(["audit", str(manifest), "--rules", str(rules_dir), "-o", "json"])
