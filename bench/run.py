@@ -1,0 +1,248 @@
+"""One command for every figure in docs/performance.md: `python -m bench.run [--quick]`.
+
+Starts the no-op floor and gpu-webhook as separate server processes on 127.0.0.1 and
+drives both with the same loads in the same run, so figures are ratios measured under
+the same (noisy, shared) conditions. With one worker each server is pinned to CPU 0 and
+the load generator to CPU 1, so "one core" means one core. Writes
+bench/results/<timestamp>.json, .md (the table) and -latency.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import micro
+from bench.loadgen import run_closed_loop, run_open_loop
+from bench.reviews import bodies, write_generated_rules
+from bench.wrk import available as wrk_available
+from bench.wrk import run_wrk
+from webhook.certs import CA_FILE, generate_bundle, write_bundle
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+SERVER_CPU, CLIENT_CPU = 0, 1
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Running:
+    name: str
+    process: subprocess.Popen[bytes]
+    port: int
+
+    def url(self, endpoint: str = "mutate") -> str:
+        return f"https://127.0.0.1:{self.port}/{endpoint}"
+
+    def peak_rss_mib(self) -> float:
+        """VmHWM of the process, or the largest of its worker children."""
+        pids = [self.process.pid]
+        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
+        if children.exists():
+            pids += [int(p) for p in children.read_text().split()]
+        peak = 0
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        peak = max(peak, int(line.split()[1]))
+        return peak / 1024
+
+
+def _wait_ready(port: int, ca_file: str, timeout: float = 30.0) -> None:
+    context = ssl.create_default_context(cafile=ca_file)
+    context.check_hostname = False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with (
+            contextlib.suppress(OSError),
+            socket.create_connection(("127.0.0.1", port), timeout=1) as raw,
+            context.wrap_socket(raw),
+        ):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"server on port {port} did not come up within {timeout:.0f}s")
+
+
+@contextlib.contextmanager
+def server(
+    kind: str, certs: Path, rules: Path | None = None, workers: int = 1, loop: str | None = None
+) -> Iterator[Running]:
+    port = free_port()
+    if kind == "noop":
+        command = [sys.executable, "-m", "bench.noop_server", "--port", str(port), "--cert-dir", str(certs)]
+    else:
+        command = [sys.executable, "-m", "webhook.cli", "serve", "--port", str(port), "--cert-dir", str(certs)]
+        command += ["--rules", str(rules or REPO / "rules"), "--log-level", "warning"]
+    if workers > 1:
+        command += ["--workers", str(workers)]
+    if loop:
+        command += ["--loop", loop]
+    pin = workers == 1 and len(os.sched_getaffinity(0)) >= 2
+    preexec = (lambda: os.sched_setaffinity(0, {SERVER_CPU})) if pin else None
+    process = subprocess.Popen(command, cwd=REPO, preexec_fn=preexec, stdout=subprocess.DEVNULL)
+    try:
+        _wait_ready(port, str(certs / CA_FILE))
+        yield Running(kind, process, port)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def closed(
+    running: Running, workload: list[bytes], duration: float, endpoint: str = "mutate", threads: int = 1
+) -> dict[str, Any]:
+    if wrk_available():
+        cpus = str(CLIENT_CPU) if threads == 1 else None
+        return run_wrk(running.url(endpoint), workload, 16, duration, threads=threads, cpus=cpus)
+    return run_closed_loop(running.url(endpoint), "", workload, 16, duration, cpu=CLIENT_CPU)
+
+
+def machine() -> dict[str, Any]:
+    model = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    load = os.getloadavg()
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": model,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "loadavg_at_start": load,
+    }
+
+
+def run(quick: bool, loop: str | None) -> dict[str, Any]:
+    duration = 4.0 if quick else 10.0
+    short = 3.0 if quick else 6.0
+    rates = [250, 500, 1000] if quick else [250, 500, 1000, 1500, 2000, 3000]
+    results: dict[str, Any] = {"machine": machine(), "quick": quick, "loop": loop or "default", "started": time.time()}
+    with tempfile.TemporaryDirectory(prefix="gpu-webhook-bench-") as tmp:
+        certs = Path(tmp) / "certs"
+        write_bundle(generate_bundle(["localhost"], ["127.0.0.1"]), certs)
+        ca = str(certs / CA_FILE)
+        gpu = bodies("gpu-pod")
+
+        print("== latency vs offered load (open loop, gpu-pod, /mutate)", flush=True)
+        curve: dict[str, list[dict[str, Any]]] = {"noop": [], "gpu-webhook": []}
+        for kind in ("noop", "gpu-webhook"):
+            with server(kind, certs, loop=loop) as running:
+                for rate in rates:
+                    stats = run_open_loop(running.url(), ca, gpu, rate, duration, cpu=CLIENT_CPU)
+                    curve[kind].append(stats)
+                    print(
+                        f"  {kind:12} {rate:5} req/s  p50 {stats['p50_ms']:.2f}  p99 {stats['p99_ms']:.2f} ms",
+                        flush=True,
+                    )
+                if kind == "gpu-webhook":
+                    results["rss_mib_default_pack"] = running.peak_rss_mib()
+        results["open_loop"] = curve
+
+        print("== closed loop (max req/s)", flush=True)
+        workloads = {"gpu-pod": gpu, "mix": bodies("mix")}
+        max_rps: dict[str, dict[str, Any]] = {}
+        for kind in ("noop", "gpu-webhook"):
+            with server(kind, certs, loop=loop) as running:
+                for name, workload in workloads.items():
+                    for endpoint in ("mutate", "validate"):
+                        key = f"{name} /{endpoint}"
+                        max_rps.setdefault(key, {})[kind] = closed(running, workload, duration, endpoint)
+                max_rps.setdefault("gpu-pod /mutate (python client)", {})[kind] = run_closed_loop(
+                    running.url(), ca, gpu, 16, short, cpu=CLIENT_CPU
+                )
+        for key, pair in max_rps.items():
+            pair["ratio"] = pair["gpu-webhook"]["achieved_rps"] / pair["noop"]["achieved_rps"]
+            print(
+                f"  {key:34} noop {pair['noop']['achieved_rps']:7.0f}  gpu-webhook {pair['gpu-webhook']['achieved_rps']:7.0f}  ratio {pair['ratio']:.2f}",
+                flush=True,
+            )
+        results["closed_loop"] = max_rps
+
+        print("== scaling (closed loop, /validate)", flush=True)
+        scaling: dict[str, dict[str, Any]] = {"rules": {}, "containers": {}, "workers": {}}
+        for total in (5, 10, 100, 1000):
+            rules = write_generated_rules(Path(tmp) / f"rules-{total}", total, 5)
+            with server("gpu-webhook", certs, rules=rules, loop=loop) as running:
+                scaling["rules"][total] = closed(running, gpu, short, "validate")
+            print(f"  {total:5} rules (5 match): {scaling['rules'][total]['achieved_rps']:.0f} req/s", flush=True)
+        for containers, workload in ((1, "gpu-pod"), (10, "gpu-pod-10c"), (50, "gpu-pod-50c")):
+            pair = {}
+            for kind in ("noop", "gpu-webhook"):
+                with server(kind, certs, loop=loop) as running:
+                    pair[kind] = closed(running, bodies(workload), short, "validate")
+            pair["ratio"] = pair["gpu-webhook"]["achieved_rps"] / pair["noop"]["achieved_rps"]
+            scaling["containers"][containers] = pair
+            print(f"  {containers:3} containers: ratio {pair['ratio']:.2f}", flush=True)
+        for workers in (1, 2):
+            pair = {}
+            for kind in ("noop", "gpu-webhook"):
+                with server(kind, certs, workers=workers, loop=loop) as running:
+                    # two workers share both cores with the client: wrk gets two threads and no pinning
+                    pair[kind] = closed(running, gpu, short, "mutate", threads=workers)
+            pair["ratio"] = pair["gpu-webhook"]["achieved_rps"] / pair["noop"]["achieved_rps"]
+            scaling["workers"][workers] = pair
+            print(
+                f"  {workers} workers: noop {pair['noop']['achieved_rps']:.0f}  gpu-webhook {pair['gpu-webhook']['achieved_rps']:.0f}",
+                flush=True,
+            )
+        results["scaling"] = scaling
+
+    print("== server-side cost per request (no network)", flush=True)
+    ruleset = micro.load([str(micro.DEFAULT_RULES)])
+    results["micro"] = {
+        name: micro.stage_costs(ruleset, bodies(name)[0], 300 if quick else 1000)
+        for name in ("gpu-pod", "cpu-pod", "gpu-pod-10c", "job", "pytorchjob")
+    }
+    results["breakdown"] = micro.evaluate_breakdown(ruleset, gpu[0], 300 if quick else 1000)
+    results["micro_scaling"] = micro.scaling(quick)
+    results["finished"] = time.time()
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="shorter runs and fewer points (~2 minutes)")
+    parser.add_argument("--loop", choices=["asyncio", "uvloop", "auto"], help="event loop of both servers")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    results = run(args.quick, args.loop)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    (args.out / f"{stamp}.json").write_text(json.dumps(results, indent=2))
+    from bench.report import markdown, plot  # matplotlib only when reporting
+
+    (args.out / f"{stamp}.md").write_text(markdown(results))
+    plot(results, args.out / f"{stamp}-latency.png")
+    print(markdown(results))
+    print(f"wrote {args.out / stamp}.json, .md, -latency.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
