@@ -95,8 +95,7 @@ def server(
         command += ["--rules", str(rules or REPO / "rules"), "--log-level", "warning"]
     if workers > 1:
         command += ["--workers", str(workers)]
-    if loop:
-        command += ["--loop", loop]
+    command += ["--loop", loop]
     pin = workers == 1 and len(os.sched_getaffinity(0)) >= 2
     preexec = (lambda: os.sched_setaffinity(0, {SERVER_CPU})) if pin else None
     process = subprocess.Popen(command, cwd=REPO, preexec_fn=preexec, stdout=subprocess.DEVNULL)
@@ -138,11 +137,11 @@ def machine() -> dict[str, Any]:
     }
 
 
-def run(quick: bool, loop: str | None) -> dict[str, Any]:
+def run(quick: bool, loop: str) -> dict[str, Any]:
     duration = 4.0 if quick else 10.0
     short = 3.0 if quick else 6.0
     rates = [250, 500, 1000] if quick else [250, 500, 1000, 1500, 2000, 3000]
-    results: dict[str, Any] = {"machine": machine(), "quick": quick, "loop": loop or "default", "started": time.time()}
+    results: dict[str, Any] = {"machine": machine(), "quick": quick, "loop": loop, "started": time.time()}
     with tempfile.TemporaryDirectory(prefix="gpu-webhook-bench-") as tmp:
         certs = Path(tmp) / "certs"
         write_bundle(generate_bundle(["localhost"], ["127.0.0.1"]), certs)
@@ -228,7 +227,12 @@ def run(quick: bool, loop: str | None) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="shorter runs and fewer points (~2 minutes)")
-    parser.add_argument("--loop", choices=["asyncio", "uvloop", "auto"], help="event loop of both servers")
+    parser.add_argument(
+        "--loop",
+        choices=["asyncio", "uvloop", "auto"],
+        default="auto",
+        help="event loop of both servers (auto: as serve)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     results = run(args.quick, args.loop)
