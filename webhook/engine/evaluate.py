@@ -94,6 +94,8 @@ class _Run:
         self.patcher: Patcher | None = None
         self._templates: list[Target] | None = None
         self._object_target: Target | None = None
+        # id(target) -> (version of the working copy, its pod specs, containers, GPU count)
+        self._facts: dict[int, tuple[int, list[Any], list[Any], int]] = {}
 
     # -- targets ---------------------------------------------------------------------------------
     def targets(self, rule: Rule) -> list[Target]:
@@ -216,12 +218,29 @@ class _Run:
                 return True
         return False
 
+    def _target_facts(self, target: Target) -> tuple[int, list[Any], list[Any], int]:
+        """Pod specs, containers and GPU count of a target, computed once per state of the working copy.
+
+        Every rule asks for them (`gpu:` matching, CEL variables); counting GPUs walks every
+        container's resources, so recomputing it per rule was a third of a request's cost.
+        Mutations change the working copy only through the Patcher, so its operation count
+        is the version that invalidates the cache.
+        """
+        version = len(self.patcher.operations) if self.patcher is not None else -1
+        cached = self._facts.get(id(target))
+        if cached is not None and cached[0] == version:
+            return cached
+        pod_specs = [_at(self.working, path) for path in target.pod_specs]
+        gpus = sum(self.ruleset.accelerators.pod_count(spec) for spec in pod_specs)
+        facts = (version, pod_specs, _containers(pod_specs), gpus)
+        self._facts[id(target)] = facts
+        return facts
+
     def _gpus(self, target: Target) -> int:
-        accelerators = self.ruleset.accelerators
-        return sum(accelerators.pod_count(_at(self.working, path)) for path in target.pod_specs)
+        return self._target_facts(target)[3]
 
     def _activation(self, rule: Rule, target: Target) -> Any:
-        pod_specs = [_at(self.working, path) for path in target.pod_specs]
+        _version, pod_specs, containers, gpus = self._target_facts(target)
         return self.ruleset.env.activation(
             {
                 "object": self.admission.object if self.admission.object is None else self.working,
@@ -231,9 +250,9 @@ class _Run:
                 "params": rule.params,
                 "podSpec": pod_specs[0] if len(pod_specs) == 1 else None,
                 "podSpecs": pod_specs,
-                "containers": _containers(pod_specs),
+                "containers": containers,
                 "target": target.description,
-                _TARGET_GPUS: self._gpus(target),
+                _TARGET_GPUS: gpus,
             }
         )
 
