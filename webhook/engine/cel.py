@@ -34,6 +34,10 @@ VARIABLES = (
 # `gpuCount(podSpec)` is by far the most common helper call; it reads the value computed for the target.
 _GPU_COUNT_OF_TARGET = re.compile(r"\bgpuCount\(\s*podSpec\s*\)")
 _TARGET_GPUS = "targetGpuCount"
+# `containerGpuCount(c)` over a loop variable: hand Python only `c.resources` (a few entries)
+# instead of the whole container (env, probes, mounts), whose conversion cost ~16 µs each.
+_CONTAINER_GPU_COUNT = re.compile(r"\bcontainerGpuCount\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)")
+_RESOURCES_GPU_COUNT = "resourcesGpuCount"
 _POSITION = re.compile(r"<input>:(\d+):(\d+):")
 
 
@@ -98,6 +102,10 @@ class CelEnvironment:
                 "containerGpuCount",
                 [cel.Overload("container_gpu_count_map", t.INT, [spec_map], impl=self._container_count)],
             ),
+            cel.FunctionDecl(
+                _RESOURCES_GPU_COUNT,
+                [cel.Overload("resources_gpu_count_map", t.INT, [spec_map], impl=self.accelerators.resources_count)],
+            ),
         ]
 
     def _is_accelerator(self, name: str) -> bool:
@@ -110,6 +118,7 @@ class CelEnvironment:
         if not isinstance(text, str) or not text.strip():
             raise CelCompileError("expression is empty")
         source = _GPU_COUNT_OF_TARGET.sub(_TARGET_GPUS, text)
+        source = _CONTAINER_GPU_COUNT.sub(rf"(has(\1.resources) ? {_RESOURCES_GPU_COUNT}(\1.resources) : 0)", source)
         try:
             program = self._env.compile(source)
         except RuntimeError as error:

@@ -40,7 +40,10 @@ class Accelerators:
 
     def container_count(self, container: Mapping[str, Any]) -> int:
         """Accelerators one container asks for; a limit alone counts as the request (pod templates)."""
-        resources = container.get("resources")
+        return self.resources_count(container.get("resources"))
+
+    def resources_count(self, resources: Any) -> int:
+        """Accelerators in one container's `resources` field (anything else counts 0)."""
         if not isinstance(resources, Mapping):
             return 0
         requests = resources.get("requests")
