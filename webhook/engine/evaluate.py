@@ -19,6 +19,7 @@ from .cel import CelEvaluationError, CompiledExpression, target_gpu_variable
 from .model import Action, Decision, Mode, Phase, Rule, RuleTrace, Target, Violation
 from .mutate import MutationContext, MutationError
 from .patch import PatchConflict, Patcher
+from .pointer import to_pointer
 from .ruleset import RuleSet
 from .workloads import object_target, pod_template_targets
 
@@ -224,14 +225,23 @@ class _Run:
         Every rule asks for them (`gpu:` matching, CEL variables); counting GPUs walks every
         container's resources, so recomputing it per rule was a third of a request's cost.
         Mutations change the working copy only through the Patcher, so its operation count
-        is the version that invalidates the cache.
+        is the version. The copy made before the first edit equals the original (version 0
+        for both); after edits the references are re-taken, and the GPU count is kept unless
+        an edit reached into containers or replaced one of their ancestors.
         """
-        version = len(self.patcher.operations) if self.patcher is not None else -1
+        version = len(self.patcher.operations) if self.patcher is not None else 0
         cached = self._facts.get(id(target))
         if cached is not None and cached[0] == version:
             return cached
         pod_specs = [_at(self.working, path) for path in target.pod_specs]
-        gpus = sum(self.ruleset.accelerators.pod_count(spec) for spec in pod_specs)
+        if (
+            cached is not None
+            and self.patcher is not None
+            and not _edits_containers(self.patcher.operations[cached[0] :], target)
+        ):
+            gpus = cached[3]
+        else:
+            gpus = sum(self.ruleset.accelerators.pod_count(spec) for spec in pod_specs)
         facts = (version, pod_specs, _containers(pod_specs), gpus)
         self._facts[id(target)] = facts
         return facts
@@ -317,6 +327,16 @@ def _containers(pod_specs: list[Any]) -> list[Any]:
                 if isinstance(value, list):
                     found.extend(value)
     return found
+
+
+def _edits_containers(operations: list[dict[str, Any]], target: Target) -> bool:
+    """Whether any of these patch operations may change the target's containers (conservative)."""
+    specs = [to_pointer(path) + "/" for path in target.pod_specs]
+    for operation in operations:
+        path = operation["path"]
+        if "ontainers" in path or any(spec.startswith(path + "/") for spec in specs):
+            return True  # into (init)containers, or an ancestor of the pod spec replaced
+    return False
 
 
 def _at(document: Any, path: tuple[str | int, ...]) -> Any:
