@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from cel_expr_python import cel
-from cel_expr_python.ext import ext_strings
+from cel_expr_python.ext import ext_bindings, ext_strings
 
 from .quantity import QuantityError, parse_quantity
-from .resources import Accelerators
+from .resources import Accelerators, whole_quantity
 
 VARIABLES = (
     "object",
@@ -34,10 +34,30 @@ VARIABLES = (
 # `gpuCount(podSpec)` is by far the most common helper call; it reads the value computed for the target.
 _GPU_COUNT_OF_TARGET = re.compile(r"\bgpuCount\(\s*podSpec\s*\)")
 _TARGET_GPUS = "targetGpuCount"
-# `containerGpuCount(c)` over a loop variable: hand Python only `c.resources` (a few entries)
-# instead of the whole container (env, probes, mounts), whose conversion cost ~16 µs each.
+# cel-expr-python 0.1.3 leaks the argument tuple (and the converted arguments) of every
+# call from CEL into a Python function: ~50 bytes for an int, ~110 for a short string,
+# the whole converted container for a map. So the helpers that run per container or per
+# resource name are rewritten into plain CEL where the argument is a simple name:
+# `isAccelerator(r)` becomes a membership test built from the configured list, and
+# `containerGpuCount(c)` picks the accelerator entries in CEL (requests first, a limit
+# alone counts as the request) and calls Python only for what is not one plain integer.
+# Converting a whole container into Python also cost ~16 µs; this is faster as well.
+_IS_ACCELERATOR = re.compile(r"\bisAccelerator\(\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\)")
 _CONTAINER_GPU_COUNT = re.compile(r"\bcontainerGpuCount\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)")
-_RESOURCES_GPU_COUNT = "resourcesGpuCount"
+_QUANTITY_SUM = "acceleratorQuantitySum"
+_CONTAINER_GPUS = (
+    "cel.bind(acceleratorQuantities, "
+    "(has({c}.resources) && has({c}.resources.requests) ? {c}.resources.requests"
+    ".filter(acceleratorResource, isAccelerator(acceleratorResource))"
+    ".map(acceleratorResource, string({c}.resources.requests[acceleratorResource])) : [])"
+    " + (has({c}.resources) && has({c}.resources.limits) ? {c}.resources.limits"
+    ".filter(acceleratorResource, isAccelerator(acceleratorResource) &&"
+    " !(has({c}.resources.requests) && acceleratorResource in {c}.resources.requests))"
+    ".map(acceleratorResource, string({c}.resources.limits[acceleratorResource])) : []), "
+    "acceleratorQuantities.size() == 0 ? 0 : "
+    "acceleratorQuantities.size() == 1 && acceleratorQuantities[0].size() < 10 && acceleratorQuantities[0].matches('^[0-9]+$') ? "
+    "int(acceleratorQuantities[0]) : {sum}(acceleratorQuantities.join(',')))"
+)
 _POSITION = re.compile(r"<input>:(\d+):(\d+):")
 
 
@@ -75,7 +95,7 @@ class CelEnvironment:
         variables[_TARGET_GPUS] = cel.Type.INT
         self._env = cel.NewEnv(
             variables=variables,
-            extensions=[ext_strings.ExtStrings()],
+            extensions=[ext_strings.ExtStrings(), ext_bindings.ExtBindings()],
             functions=self._functions(),
         )
 
@@ -103,8 +123,7 @@ class CelEnvironment:
                 [cel.Overload("container_gpu_count_map", t.INT, [spec_map], impl=self._container_count)],
             ),
             cel.FunctionDecl(
-                _RESOURCES_GPU_COUNT,
-                [cel.Overload("resources_gpu_count_map", t.INT, [spec_map], impl=self.accelerators.resources_count)],
+                _QUANTITY_SUM, [cel.Overload("accelerator_quantity_sum_string", t.INT, [t.STRING], impl=_quantity_sum)]
             ),
         ]
 
@@ -118,7 +137,8 @@ class CelEnvironment:
         if not isinstance(text, str) or not text.strip():
             raise CelCompileError("expression is empty")
         source = _GPU_COUNT_OF_TARGET.sub(_TARGET_GPUS, text)
-        source = _CONTAINER_GPU_COUNT.sub(rf"(has(\1.resources) ? {_RESOURCES_GPU_COUNT}(\1.resources) : 0)", source)
+        source = _CONTAINER_GPU_COUNT.sub(lambda m: _CONTAINER_GPUS.format(sum=_QUANTITY_SUM, c=m.group(1)), source)
+        source = _IS_ACCELERATOR.sub(lambda m: self._accelerator_test(m.group(1)), source)
         try:
             program = self._env.compile(source)
         except RuntimeError as error:
@@ -128,6 +148,12 @@ class CelEnvironment:
             raise CelCompileError(_clean(message), line, column) from None
         references = frozenset(name for name in (*VARIABLES, _TARGET_GPUS) if re.search(rf"\b{name}\b", source))
         return CompiledExpression(text=text, program=program, references=references)
+
+    def _accelerator_test(self, name: str) -> str:
+        """`isAccelerator(name)` as plain CEL over the configured resource names and prefixes."""
+        exact = ", ".join(_cel_string(n) for n in sorted(self.accelerators.exact))
+        tests = [f"{name} in [{exact}]"] + [f"{name}.startsWith({_cel_string(p)})" for p in self.accelerators.prefixes]
+        return "(" + " || ".join(tests) + ")"
 
     def activation(self, variables: Mapping[str, Any]) -> Any:
         return self._env.Activation(variables)
@@ -142,6 +168,15 @@ def _quantity(text: str) -> float:
         return float(parse_quantity(text))
     except QuantityError as error:
         raise ValueError(str(error)) from None
+
+
+def _cel_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _quantity_sum(joined: str) -> int:
+    """Whole accelerators in comma-separated quantities, as Accelerators.container_count counts them."""
+    return sum(whole_quantity(text) for text in joined.split(",") if text)
 
 
 def _is_quantity(text: str) -> bool:

@@ -40,10 +40,7 @@ class Accelerators:
 
     def container_count(self, container: Mapping[str, Any]) -> int:
         """Accelerators one container asks for; a limit alone counts as the request (pod templates)."""
-        return self.resources_count(container.get("resources"))
-
-    def resources_count(self, resources: Any) -> int:
-        """Accelerators in one container's `resources` field (anything else counts 0)."""
+        resources = container.get("resources")
         if not isinstance(resources, Mapping):
             return 0
         requests = resources.get("requests")
@@ -53,7 +50,7 @@ class Accelerators:
         total = 0
         for name in set(requests) | set(limits):
             if name in self:
-                total += _whole(requests.get(name, limits.get(name)))
+                total += whole_quantity(requests.get(name, limits.get(name)))
         return total
 
     def pod_count(self, pod_spec: Mapping[str, Any] | None) -> int:
@@ -78,7 +75,7 @@ def _containers(pod_spec: Mapping[str, Any], field: str) -> list[Mapping[str, An
     return [c for c in value if isinstance(c, Mapping)]
 
 
-def _whole(value: object) -> int:
+def whole_quantity(value: object) -> int:
     try:
         number = parse_quantity(value)
     except QuantityError:
