@@ -12,61 +12,56 @@ def _f(value: float, digits: int = 2) -> str:
 
 def markdown(r: dict[str, Any]) -> str:
     m = r["machine"]
+    load = ", ".join(_f(x) for x in m["loadavg_at_start"])
     lines = [
-        f"Machine: {m['nproc']} CPUs, {m['cpu_model']}, Python {m['python']}; loop: {r['loop']}; "
-        f"{'quick' if r['quick'] else 'full'} run; load average at start {', '.join(_f(x) for x in m['loadavg_at_start'])}.",
+        f"Machine: {m['nproc']} CPUs, {m['cpu_model']}, Python {m['python']}; event loop: {r['loop']}; "
+        f"{'quick' if r['quick'] else 'full'} run; load average at start {load} "
+        f"(end {', '.join(_f(x) for x in m.get('loadavg_at_end', []))}).",
         "",
-        "### Open loop, GPU pod, /mutate (latency from the intended send time, ms)",
+        "### Open loop: GPU pod, /mutate, one worker (latency from the intended send time, ms)",
         "",
-        "| offered req/s | floor p50 | floor p99 | gpu-webhook p50 | gpu-webhook p99 | gpu-webhook max | p99 ratio | client send lag p99 |",
+        "| offered req/s | floor p50 | floor p99 | gpu-webhook p50 | gpu-webhook p99 | gpu-webhook max "
+        "| p99 ratio | client send lag p99 (floor / ours) |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for floor, ours in zip(r["open_loop"]["noop"], r["open_loop"]["gpu-webhook"], strict=True):
         lines.append(
             f"| {floor['offered_rps']} | {_f(floor['p50_ms'])} | {_f(floor['p99_ms'])} | {_f(ours['p50_ms'])} | "
             f"{_f(ours['p99_ms'])} | {_f(ours['max_ms'])} | {_f(ours['p99_ms'] / floor['p99_ms'])} | "
-            f"{_f(ours['send_lag_p99_ms'])} |"
+            f"{_f(floor['send_lag_p99_ms'])} / {_f(ours['send_lag_p99_ms'])} |"
         )
     lines += [
         "",
-        "### Closed loop, one worker each (16 keep-alive connections; wrk unless noted)",
+        "### Closed loop: max requests/s, one worker each (16 keep-alive connections; wrk unless noted)",
         "",
-        "| workload | floor req/s | gpu-webhook req/s | ratio | gpu-webhook p99 ms |",
-        "|---|---:|---:|---:|---:|",
+        "| workload | floor req/s | gpu-webhook req/s | ratio | floor p99 ms | gpu-webhook p99 ms |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for key, pair in r["closed_loop"].items():
-        lines.append(
-            f"| {key} | {pair['noop']['achieved_rps']:.0f} | {pair['gpu-webhook']['achieved_rps']:.0f} | "
-            f"{_f(pair['ratio'])} | {_f(pair['gpu-webhook']['p99_ms'])} |"
-        )
+        lines.append(_pair_row(key, pair))
     s = r["scaling"]
-    base = s["rules"]["5"]["achieved_rps"] if "5" in s["rules"] else s["rules"][5]["achieved_rps"]
+    lines += ["", "### Containers per pod (default pack, closed loop)", "", *_pair_header()]
+    for key, pair in s["containers"].items():
+        count, endpoint = key.split(" ", 1)
+        lines.append(_pair_row(f"{count} container(s), {endpoint}", pair))
+    lines += ["", "### Worker processes (GPU pod /mutate, closed loop, wrk threads = workers)", "", *_pair_header()]
+    for workers, pair in s["workers"].items():
+        lines.append(_pair_row(f"{workers} worker(s)", pair))
+    base = next(iter(s["rules"].values()))["achieved_rps"]
     lines += [
         "",
-        "### Scaling (closed loop, /validate unless noted)",
+        "### Rules in the set (GPU pod /validate, 5 of them match, closed loop)",
         "",
-        "| case | req/s | relative |",
-        "|---|---:|---:|",
+        "| rules | req/s | relative to 5 rules |",
+        "|---:|---:|---:|",
     ]
     for total, stats in s["rules"].items():
-        lines.append(
-            f"| {total} rules, 5 match, GPU pod | {stats['achieved_rps']:.0f} | {_f(stats['achieved_rps'] / base)} of 5 rules |"
-        )
-    for containers, pair in s["containers"].items():
-        lines.append(
-            f"| default pack, {containers} containers (floor {pair['noop']['achieved_rps']:.0f}) | "
-            f"{pair['gpu-webhook']['achieved_rps']:.0f} | {_f(pair['ratio'])} of floor |"
-        )
-    for workers, pair in s["workers"].items():
-        lines.append(
-            f"| {workers} worker(s), GPU pod /mutate (floor {pair['noop']['achieved_rps']:.0f}) | "
-            f"{pair['gpu-webhook']['achieved_rps']:.0f} | {_f(pair['ratio'])} of floor |"
-        )
+        lines.append(f"| {total} | {stats['achieved_rps']:.0f} | {_f(stats['achieved_rps'] / base)} |")
     lines += [
         "",
         "### Server-side cost per request, no network (µs, best of 5 rounds)",
         "",
-        "| workload | parse | evaluate (mutate) | serialise | mutate total | validate total |",
+        "| workload | parse | evaluate (mutate) | serialise | /mutate total | /validate total |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for name, c in r["micro"].items():
@@ -74,14 +69,14 @@ def markdown(r: dict[str, Any]) -> str:
             f"| {name} | {_f(c['parse'], 1)} | {_f(c['evaluate'], 1)} | {_f(c['serialise'], 1)} | "
             f"{_f(c['total'], 1)} | {_f(c['validate_total'], 1)} |"
         )
-    shares = ", ".join(f"{k} {v * 100:.0f}%" for k, v in r["breakdown"].items())
+    lines.append("")
+    for name, shares in r["breakdown"].items():
+        parts = ", ".join(f"{k} {v * 100:.0f}%" for k, v in shares.items())
+        lines.append(f"evaluate() of {name}, both phases, by cProfile share: {parts}.  ")
     ms = r["micro_scaling"]
     lines += [
         "",
-        f"evaluate() of a GPU pod by profile share (cProfile, both phases): {shares}.",
-        "",
-        "Micro scaling (µs per /validate request, no network): "
-        + "rules (5 match) "
+        "Micro scaling, µs per /validate request without network: rules in the set (5 match) "
         + ", ".join(f"{k}: {_f(v, 1)}" for k, v in ms["rules"].items())
         + "; matching rules "
         + ", ".join(f"{k}: {_f(v, 1)}" for k, v in ms["matching"].items())
@@ -89,9 +84,25 @@ def markdown(r: dict[str, Any]) -> str:
         + ", ".join(f"{k}: {_f(v, 1)}" for k, v in ms["containers"].items())
         + ".",
         "",
-        f"Peak RSS of gpu-webhook (default pack, after the open-loop runs): {r['rss_mib_default_pack']:.1f} MiB.",
+        f"Peak RSS (VmHWM) after all one-worker runs: gpu-webhook {r['rss_mib_default_pack']:.1f} MiB "
+        f"(default pack), floor {r['rss_mib_floor']:.1f} MiB.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _pair_header() -> list[str]:
+    return [
+        "| case | floor req/s | gpu-webhook req/s | ratio | floor p99 ms | gpu-webhook p99 ms |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+
+
+def _pair_row(label: str, pair: dict[str, Any]) -> str:
+    noop, ours = pair["noop"], pair["gpu-webhook"]
+    return (
+        f"| {label} | {noop['achieved_rps']:.0f} | {ours['achieved_rps']:.0f} | {_f(pair['ratio'])} | "
+        f"{_f(noop['p99_ms'])} | {_f(ours['p99_ms'])} |"
+    )
 
 
 def plot(r: dict[str, Any], path: Path) -> None:

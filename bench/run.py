@@ -137,9 +137,21 @@ def machine() -> dict[str, Any]:
     }
 
 
+def _best(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The repeat with the lowest p99: a neighbour's burst on this shared machine hits one repeat."""
+    best = dict(min(runs, key=lambda stats: stats["p99_ms"]))
+    best["repeats"] = [{k: stats[k] for k in ("p50_ms", "p99_ms", "max_ms", "send_lag_p99_ms")} for stats in runs]
+    return best
+
+
+def _pair(noop: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
+    return {"noop": noop, "gpu-webhook": ours, "ratio": ours["achieved_rps"] / noop["achieved_rps"]}
+
+
 def run(quick: bool, loop: str) -> dict[str, Any]:
-    duration = 4.0 if quick else 10.0
-    short = 3.0 if quick else 6.0
+    duration = 4.0 if quick else 8.0
+    short = 3.0 if quick else 5.0
+    repeats = 1 if quick else 2
     rates = [250, 500, 1000] if quick else [250, 500, 1000, 1500, 2000, 3000]
     results: dict[str, Any] = {"machine": machine(), "quick": quick, "loop": loop, "started": time.time()}
     with tempfile.TemporaryDirectory(prefix="gpu-webhook-bench-") as tmp:
@@ -147,79 +159,91 @@ def run(quick: bool, loop: str) -> dict[str, Any]:
         write_bundle(generate_bundle(["localhost"], ["127.0.0.1"]), certs)
         ca = str(certs / CA_FILE)
         gpu = bodies("gpu-pod")
-
-        print("== latency vs offered load (open loop, gpu-pod, /mutate)", flush=True)
-        curve: dict[str, list[dict[str, Any]]] = {"noop": [], "gpu-webhook": []}
-        for kind in ("noop", "gpu-webhook"):
-            with server(kind, certs, loop=loop) as running:
-                for rate in rates:
-                    stats = run_open_loop(running.url(), ca, gpu, rate, duration, cpu=CLIENT_CPU)
-                    curve[kind].append(stats)
-                    print(
-                        f"  {kind:12} {rate:5} req/s  p50 {stats['p50_ms']:.2f}  p99 {stats['p99_ms']:.2f} ms",
-                        flush=True,
-                    )
-                if kind == "gpu-webhook":
-                    results["rss_mib_default_pack"] = running.peak_rss_mib()
-        results["open_loop"] = curve
-
-        print("== closed loop (max req/s)", flush=True)
-        workloads = {"gpu-pod": gpu, "mix": bodies("mix")}
-        max_rps: dict[str, dict[str, Any]] = {}
-        for kind in ("noop", "gpu-webhook"):
-            with server(kind, certs, loop=loop) as running:
-                for name, workload in workloads.items():
-                    for endpoint in ("mutate", "validate"):
-                        key = f"{name} /{endpoint}"
-                        max_rps.setdefault(key, {})[kind] = closed(running, workload, duration, endpoint)
-                max_rps.setdefault("gpu-pod /mutate (python client)", {})[kind] = run_closed_loop(
-                    running.url(), ca, gpu, 16, short, cpu=CLIENT_CPU
+        # Both servers run side by side (the idle one costs nothing) and every point is
+        # measured for the floor and gpu-webhook back to back, so both see the same neighbours.
+        with server("noop", certs, loop=loop) as noop, server("gpu-webhook", certs, loop=loop) as ours:
+            print(f"== latency vs offered load (open loop, gpu-pod, /mutate, best of {repeats})", flush=True)
+            curve: dict[str, list[dict[str, Any]]] = {"noop": [], "gpu-webhook": []}
+            for rate in rates:
+                runs: dict[str, list[dict[str, Any]]] = {"noop": [], "gpu-webhook": []}
+                for _ in range(repeats):
+                    for running in (noop, ours):
+                        runs[running.name].append(run_open_loop(running.url(), ca, gpu, rate, duration, cpu=CLIENT_CPU))
+                for name, stats in runs.items():
+                    curve[name].append(_best(stats))
+                print(
+                    f"  {rate:5} req/s  p99 floor {curve['noop'][-1]['p99_ms']:.2f}  "
+                    f"gpu-webhook {curve['gpu-webhook'][-1]['p99_ms']:.2f} ms",
+                    flush=True,
                 )
-        for key, pair in max_rps.items():
-            pair["ratio"] = pair["gpu-webhook"]["achieved_rps"] / pair["noop"]["achieved_rps"]
-            print(
-                f"  {key:34} noop {pair['noop']['achieved_rps']:7.0f}  gpu-webhook {pair['gpu-webhook']['achieved_rps']:7.0f}  ratio {pair['ratio']:.2f}",
-                flush=True,
-            )
-        results["closed_loop"] = max_rps
+            results["open_loop"] = curve
 
-        print("== scaling (closed loop, /validate)", flush=True)
-        scaling: dict[str, dict[str, Any]] = {"rules": {}, "containers": {}, "workers": {}}
+            print("== closed loop (max req/s, one worker)", flush=True)
+            max_rps: dict[str, dict[str, Any]] = {}
+            for name in ("gpu-pod", "cpu-pod", "job", "pytorchjob", "mix"):
+                workload = bodies(name)
+                for endpoint in ("mutate", "validate"):
+                    key = f"{name} /{endpoint}"
+                    max_rps[key] = _pair(
+                        closed(noop, workload, short, endpoint), closed(ours, workload, short, endpoint)
+                    )
+                    print(f"  {key:22} ratio {max_rps[key]['ratio']:.2f}", flush=True)
+            max_rps["gpu-pod /mutate (python client)"] = _pair(
+                run_closed_loop(noop.url(), ca, gpu, 16, short, cpu=CLIENT_CPU),
+                run_closed_loop(ours.url(), ca, gpu, 16, short, cpu=CLIENT_CPU),
+            )
+            results["closed_loop"] = max_rps
+
+            print("== containers per pod (closed loop, /validate and /mutate)", flush=True)
+            containers: dict[str, dict[str, Any]] = {}
+            for count, name in ((1, "gpu-pod"), (10, "gpu-pod-10c"), (50, "gpu-pod-50c")):
+                for endpoint in ("mutate", "validate"):
+                    key = f"{count} /{endpoint}"
+                    containers[key] = _pair(
+                        closed(noop, bodies(name), short, endpoint), closed(ours, bodies(name), short, endpoint)
+                    )
+                    print(f"  {key:12} ratio {containers[key]['ratio']:.2f}", flush=True)
+            results["rss_mib_default_pack"] = ours.peak_rss_mib()
+            results["rss_mib_floor"] = noop.peak_rss_mib()
+
+        print("== rules in the set (closed loop, GPU pod /validate, 5 rules match)", flush=True)
+        scaling: dict[str, dict[Any, Any]] = {"containers": containers, "rules": {}, "workers": {}}
         for total in (5, 10, 100, 1000):
             rules = write_generated_rules(Path(tmp) / f"rules-{total}", total, 5)
             with server("gpu-webhook", certs, rules=rules, loop=loop) as running:
                 scaling["rules"][total] = closed(running, gpu, short, "validate")
-            print(f"  {total:5} rules (5 match): {scaling['rules'][total]['achieved_rps']:.0f} req/s", flush=True)
-        for containers, workload in ((1, "gpu-pod"), (10, "gpu-pod-10c"), (50, "gpu-pod-50c")):
-            pair = {}
-            for kind in ("noop", "gpu-webhook"):
-                with server(kind, certs, loop=loop) as running:
-                    pair[kind] = closed(running, bodies(workload), short, "validate")
-            pair["ratio"] = pair["gpu-webhook"]["achieved_rps"] / pair["noop"]["achieved_rps"]
-            scaling["containers"][containers] = pair
-            print(f"  {containers:3} containers: ratio {pair['ratio']:.2f}", flush=True)
+            print(f"  {total:5} rules: {scaling['rules'][total]['achieved_rps']:.0f} req/s", flush=True)
+
+        print("== worker processes (closed loop, GPU pod /mutate; wrk threads = workers, unpinned)", flush=True)
         for workers in (1, 2):
-            pair = {}
-            for kind in ("noop", "gpu-webhook"):
-                with server(kind, certs, workers=workers, loop=loop) as running:
-                    # two workers share both cores with the client: wrk gets two threads and no pinning
-                    pair[kind] = closed(running, gpu, short, "mutate", threads=workers)
-            pair["ratio"] = pair["gpu-webhook"]["achieved_rps"] / pair["noop"]["achieved_rps"]
-            scaling["workers"][workers] = pair
+            with (
+                server("noop", certs, workers=workers, loop=loop) as noop,
+                server("gpu-webhook", certs, workers=workers, loop=loop) as ours,
+            ):
+                scaling["workers"][workers] = _pair(
+                    closed(noop, gpu, short, "mutate", threads=workers),
+                    closed(ours, gpu, short, "mutate", threads=workers),
+                )
+            pair = scaling["workers"][workers]
             print(
-                f"  {workers} workers: noop {pair['noop']['achieved_rps']:.0f}  gpu-webhook {pair['gpu-webhook']['achieved_rps']:.0f}",
+                f"  {workers} worker(s): floor {pair['noop']['achieved_rps']:.0f}  "
+                f"gpu-webhook {pair['gpu-webhook']['achieved_rps']:.0f} req/s",
                 flush=True,
             )
         results["scaling"] = scaling
 
     print("== server-side cost per request (no network)", flush=True)
     ruleset = micro.load([str(micro.DEFAULT_RULES)])
+    iterations = 300 if quick else 1000
     results["micro"] = {
-        name: micro.stage_costs(ruleset, bodies(name)[0], 300 if quick else 1000)
+        name: micro.stage_costs(ruleset, bodies(name)[0], iterations)
         for name in ("gpu-pod", "cpu-pod", "gpu-pod-10c", "job", "pytorchjob")
     }
-    results["breakdown"] = micro.evaluate_breakdown(ruleset, gpu[0], 300 if quick else 1000)
+    results["breakdown"] = {
+        name: micro.evaluate_breakdown(ruleset, bodies(name)[0], iterations) for name in ("gpu-pod", "gpu-pod-10c")
+    }
     results["micro_scaling"] = micro.scaling(quick)
+    results["machine"]["loadavg_at_end"] = os.getloadavg()
     results["finished"] = time.time()
     return results
 
