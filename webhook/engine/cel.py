@@ -9,8 +9,10 @@ whole pod spec are computed in Python once per target and bound as variables.
 
 from __future__ import annotations
 
+import contextlib
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +79,9 @@ class CompiledExpression:
     text: str
     program: Any
     references: frozenset[str]
+    # True when the rule's params are compiled in as a constant (CelEnvironment.rule_params):
+    # the expression then runs on the activation shared by every rule of a request.
+    params_bound: bool = False
 
     def evaluate(self, activation: Any) -> Any:
         result = self.program.eval(activation)
@@ -90,6 +95,7 @@ class CelEnvironment:
 
     def __init__(self, accelerators: Accelerators) -> None:
         self.accelerators = accelerators
+        self._params_literal: str | None = None  # set only while a rule's expressions compile
         dyn = cel.Type.DYN
         variables = {name: dyn for name in VARIABLES}
         variables[_TARGET_GPUS] = cel.Type.INT
@@ -133,12 +139,37 @@ class CelEnvironment:
     def _container_count(self, container: Mapping[str, Any]) -> int:
         return self.accelerators.container_count(container)
 
+    @contextlib.contextmanager
+    def rule_params(self, params: Any) -> Iterator[None]:
+        """Compile the expressions of one rule with its params bound as a constant.
+
+        The runtime converts a variable from Python on first use in each activation, deeply:
+        ~10 µs for a one-container pod, ~100 µs for ten. With `params` (the only per-rule
+        variable) compiled in as `cel.bind(params, dyn(<literal>), ...)`, one activation per
+        target serves every rule, so the object is converted once per request. `dyn()` keeps
+        type checking exactly as for the declared `params: dyn` variable. Params that have
+        no CEL literal (YAML timestamps, huge integers) keep the per-rule activation.
+        """
+        literal = cel_literal(params)
+        self._params_literal = literal
+        try:
+            yield
+        finally:
+            self._params_literal = None
+
     def compile(self, text: str) -> CompiledExpression:
         if not isinstance(text, str) or not text.strip():
             raise CelCompileError("expression is empty")
         source = _GPU_COUNT_OF_TARGET.sub(_TARGET_GPUS, text)
         source = _CONTAINER_GPU_COUNT.sub(lambda m: _CONTAINER_GPUS.format(sum=_QUANTITY_SUM, c=m.group(1)), source)
         source = _IS_ACCELERATOR.sub(lambda m: self._accelerator_test(m.group(1)), source)
+        references = frozenset(name for name in (*VARIABLES, _TARGET_GPUS) if re.search(rf"\b{name}\b", source))
+        if self._params_literal is not None:
+            # A newline before the closing parenthesis ends a trailing // comment. If this does
+            # not compile, the plain form below reports the error at the author's own positions.
+            with contextlib.suppress(RuntimeError):
+                bound = self._env.compile(f"cel.bind(params, dyn({self._params_literal}), {source}\n)")
+                return CompiledExpression(text=text, program=bound, references=references, params_bound=True)
         try:
             program = self._env.compile(source)
         except RuntimeError as error:
@@ -146,7 +177,6 @@ class CelEnvironment:
             found = _POSITION.search(message)
             line, column = (int(found.group(1)), int(found.group(2)) + 1) if found else (1, 1)
             raise CelCompileError(_clean(message), line, column) from None
-        references = frozenset(name for name in (*VARIABLES, _TARGET_GPUS) if re.search(rf"\b{name}\b", source))
         return CompiledExpression(text=text, program=program, references=references)
 
     def _accelerator_test(self, name: str) -> str:
@@ -171,7 +201,43 @@ def _quantity(text: str) -> float:
 
 
 def _cel_string(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", escaped) + '"'
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_INT64 = range(-(2**63), 2**63)
+
+
+def cel_literal(value: Any) -> str | None:
+    """A CEL literal that evaluates to the same value as the runtime's conversion of `value`, or None."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value) if value in _INT64 else None
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else None
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return None
+        return _cel_string(value)
+    if isinstance(value, list | tuple):
+        items = [cel_literal(item) for item in value]
+        return None if None in items else "[" + ", ".join(items) + "]"  # type: ignore[arg-type]
+    if isinstance(value, Mapping):
+        entries = []
+        for key, item in value.items():
+            key_literal = cel_literal(key) if isinstance(key, str | int) else None
+            item_literal = cel_literal(item)
+            if key_literal is None or item_literal is None:
+                return None
+            entries.append(f"{key_literal}: {item_literal}")
+        return "{" + ", ".join(entries) + "}"
+    return None
 
 
 def _quantity_sum(joined: str) -> int:

@@ -97,6 +97,7 @@ class _Run:
         self._object_target: Target | None = None
         # id(target) -> (version of the working copy, its pod specs, containers, GPU count)
         self._facts: dict[int, tuple[int, list[Any], list[Any], int]] = {}
+        self._activations: dict[int, tuple[int, Any]] = {}  # id(target) -> (version, activation)
 
     # -- targets ---------------------------------------------------------------------------------
     def targets(self, rule: Rule) -> list[Target]:
@@ -120,13 +121,13 @@ class _Run:
             if self.patcher is None:
                 self.working = _copy(self.working)
                 self.patcher = Patcher(self.working)
-            activation = self._activation(rule, target)
             start = len(self.patcher.operations)
             context = MutationContext(
                 patcher=self.patcher,
                 target=target,
                 operation=self.admission.operation,
-                evaluate=lambda expression, a=activation: _evaluate(expression, a),
+                # an activation only if a mutation has CEL, of the working copy as it then is
+                evaluate=lambda expression, r=rule, t=target: self._eval(r, t, expression),
                 accelerators=self.ruleset.accelerators,
             )
             try:
@@ -145,14 +146,13 @@ class _Run:
             entry = self._match(rule, target)
             if entry is None:
                 continue
-            activation = self._activation(rule, target)
             try:
-                result = _evaluate(rule.validate.expression, activation)
+                result = self._eval(rule, target, rule.validate.expression)
                 messages = _failures(result, rule)
                 if messages is None:
                     raise RuleError(f"validate.expression gave {type(result).__name__}, expected bool or list")
                 if messages == [] and result is False:
-                    messages = [self._message(rule, target, activation)]
+                    messages = [self._message(rule, target)]
             except RuleError as error:
                 self._error(rule, target, entry, str(error))
                 continue
@@ -198,7 +198,7 @@ class _Run:
                 return "requests no accelerators (gpu: true)" if match.gpu else "requests accelerators (gpu: false)"
         if match.condition is not None:
             try:
-                if _evaluate(match.condition, self._activation(rule, target)) is not True:
+                if self._eval(rule, target, match.condition) is not True:
                     return "condition is false"
             except RuleError as error:
                 return f"condition failed: {error}"
@@ -249,7 +249,20 @@ class _Run:
     def _gpus(self, target: Target) -> int:
         return self._target_facts(target)[3]
 
-    def _activation(self, rule: Rule, target: Target) -> Any:
+    def _eval(self, rule: Rule, target: Target, expression: CompiledExpression) -> Any:
+        """Run one of the rule's expressions on this target, sharing the activation when it can."""
+        if not expression.params_bound:
+            return _evaluate(expression, self._activation(target, rule.params))
+        version = self._target_facts(target)[0]
+        cached = self._activations.get(id(target))
+        if cached is None or cached[0] != version:
+            # The runtime converts each variable on first use and keeps it: one conversion of the
+            # object per request (and per state of the working copy) instead of one per rule.
+            cached = (version, self._activation(target, None))
+            self._activations[id(target)] = cached
+        return _evaluate(expression, cached[1])
+
+    def _activation(self, target: Target, params: Any) -> Any:
         _version, pod_specs, containers, gpus = self._target_facts(target)
         return self.ruleset.env.activation(
             {
@@ -257,7 +270,7 @@ class _Run:
                 "oldObject": self.admission.old_object,
                 "request": self.admission.request,
                 "namespaceObject": self.admission.namespace_object,
-                "params": rule.params,
+                "params": params,  # None in the shared activation: every expression there binds its own
                 "podSpec": pod_specs[0] if len(pod_specs) == 1 else None,
                 "podSpecs": pod_specs,
                 "containers": containers,
@@ -266,12 +279,12 @@ class _Run:
             }
         )
 
-    def _message(self, rule: Rule, target: Target, activation: Any) -> str:
+    def _message(self, rule: Rule, target: Target) -> str:
         validation = rule.validate
         assert validation is not None
         if validation.message_expression is not None:
             try:
-                message = _evaluate(validation.message_expression, activation)
+                message = self._eval(rule, target, validation.message_expression)
                 if isinstance(message, str) and message.strip():
                     return message
             except RuleError:
