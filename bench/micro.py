@@ -85,9 +85,9 @@ def evaluate_breakdown(ruleset: RuleSet, body: bytes, iterations: int = 2000) ->
     """Share of evaluate() (mutate + validate phases) per part, from cProfile cumulative times.
 
     match: the match checks (selectors, namespaces, `gpu:`, conditions, finding targets);
-    cel: building activations and running validations and messages; patch: copying the
-    object and applying mutations (their CEL values included); engine: the rest of the
-    bookkeeping. Entry points do not nest, so the parts add up.
+    cel: validations and messages (the shared activation's object conversion included);
+    patch: copying the object and applying mutations (their CEL values included);
+    engine: the rest of the bookkeeping. Entry points do not nest, so the parts add up.
     """
     review = parse_review(body)
     profile = cProfile.Profile()
@@ -98,12 +98,12 @@ def evaluate_breakdown(ruleset: RuleSet, body: bytes, iterations: int = 2000) ->
     profile.disable()
     stats = pstats.Stats(profile)
     total = _cumulative(stats, "evaluate.py", "evaluate")
-    phases = ("validate", "mutate")
     parts = {
+        # match checks, including `gpu:` counting and CEL match conditions
         "match": _cumulative(stats, "evaluate.py", "_match") + _cumulative(stats, "evaluate.py", "targets"),
-        "cel": _cumulative(stats, "evaluate.py", "_activation", phases)
-        + _cumulative(stats, "evaluate.py", "_evaluate", ("validate",))
-        + _cumulative(stats, "evaluate.py", "_message", ("validate",)),
+        # validations and their messages: activation (object conversion) and evaluation
+        "cel": _cumulative(stats, "evaluate.py", "_eval", ("validate", "_message")),
+        # the working copy and the mutations (with any CEL they evaluate)
         "patch": _cumulative(stats, "evaluate.py", "_copy", ("mutate",))
         + _cumulative(stats, "mutate.py", "apply", ("mutate",)),
     }

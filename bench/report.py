@@ -57,6 +57,27 @@ def markdown(r: dict[str, Any]) -> str:
     ]
     for total, stats in s["rules"].items():
         lines.append(f"| {total} | {stats['achieved_rps']:.0f} | {_f(stats['achieved_rps'] / base)} |")
+    if r.get("profile"):
+        parts = next(iter(r["profile"].values())).get("shares", {}).keys()
+        lines += [
+            "",
+            "### Where a server's time goes under load (py-spy samples while wrk drives it; µs per request)",
+            "",
+            "| part | " + " | ".join(r["profile"]) + " |",
+            "|---|" + "---:|" * len(r["profile"]),
+        ]
+        for part in parts:
+            cells = []
+            for sampled in r["profile"].values():
+                share = sampled.get("shares", {}).get(part, 0.0)
+                per_request = 1e6 / sampled["load"]["achieved_rps"] * share
+                cells.append(f"{per_request:.1f} ({share * 100:.0f}%)")
+            lines.append(f"| {part} | " + " | ".join(cells) + " |")
+        lines.append(
+            "| total per request (1 / req/s) | "
+            + " | ".join(f"{1e6 / s['load']['achieved_rps']:.1f}" for s in r["profile"].values())
+            + " |"
+        )
     lines += [
         "",
         "### Server-side cost per request, no network (µs, best of 5 rounds)",
