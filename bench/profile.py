@@ -21,7 +21,7 @@ PARTS: list[tuple[str, tuple[str, ...]]] = [
     ("serialise", ("build_response (",)),
     ("metrics", ("webhook/metrics.py", "prometheus_client")),
     ("logging", ("logging/__init__.py", "_log_decision")),
-    ("rest of the handler (server.py)", ("webhook/server.py", "webhook/admission.py")),
+    ("rest of the handler: body read, Response, bookkeeping", ("webhook/server.py", "webhook/admission.py")),
     ("TLS", ("ssl.py", "sslproto.py")),
     ("aiohttp (HTTP parsing, routing, response)", ("aiohttp/",)),
 ]

@@ -128,6 +128,7 @@ def _pair_row(label: str, pair: dict[str, Any]) -> str:
 
 def plot(r: dict[str, Any], path: Path) -> None:
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -141,6 +142,8 @@ def plot(r: dict[str, Any], path: Path) -> None:
         axis.plot(rates, [p["p50_ms"] for p in points], "s--", color=colour, alpha=0.6, label=f"{label} p50")
     axis.axhline(5.0, color="tab:red", linewidth=0.8, linestyle=":", label="p99 target 5 ms")
     axis.set_yscale("log")
+    axis.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    axis.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
     axis.set_xlabel("offered load (requests/s, open loop)")
     axis.set_ylabel("latency from intended send (ms, log)")
     axis.set_title(f"GPU pod /mutate, one worker, {r['machine']['nproc']}-CPU {r['machine']['cpu_model']}")
