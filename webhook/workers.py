@@ -12,6 +12,7 @@ when all have finished. A worker that fails at start-up with a configuration err
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -24,6 +25,21 @@ log = logging.getLogger("gpu_webhook.workers")
 EXIT_USAGE = 2
 MAX_RESTARTS = 10  # in the supervisor's lifetime; past this something is wrong with every worker
 RESTART_DELAY = 0.5  # seconds: a crash loop must not spin the CPU
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _drain_when_orphaned(parent: int) -> None:
+    """Get SIGTERM (drain, then exit) when the supervisor dies, even by SIGKILL (Linux).
+
+    Without this, killed supervisors leave workers serving on the port with nobody to stop them.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return  # not Linux: the supervisor's SIGTERM forwarding is all there is
+    if os.getppid() != parent:  # it died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def run_workers(count: int, target: Callable[[int], int]) -> int:
@@ -44,11 +60,13 @@ def run_workers(count: int, target: Callable[[int], int]) -> int:
     def spawn(index: int) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:
             # The worker installs its own handlers in its event loop; until then the default applies.
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
+            _drain_when_orphaned(parent)
             code = 1
             try:
                 code = target(index)

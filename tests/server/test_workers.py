@@ -50,8 +50,12 @@ def workers(cert_dir: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, int]
         yield process, port, metrics_port
     finally:
         if process.poll() is None:
-            process.kill()
-            process.wait()
+            process.terminate()  # the supervisor drains and reaps its workers
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 async def ready(metrics_port: int) -> None:
@@ -124,6 +128,33 @@ async def test_sigterm_drains_every_worker(workers, fresh_connections) -> None:
     assert await asyncio.to_thread(process.wait, 15) == 0
     with pytest.raises(aiohttp.ClientConnectorError):  # nobody listens any more
         await fresh_connections.get(f"https://localhost:{port}/healthz")
+
+
+def worker_pids(parent: int) -> list[int]:
+    children = Path(f"/proc/{parent}/task/{parent}/children")
+    return [int(pid) for pid in children.read_text().split()] if children.exists() else []
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+async def test_workers_exit_when_the_supervisor_is_killed(workers) -> None:
+    process, _port, metrics_port = workers
+    await ready(metrics_port)
+    children = worker_pids(process.pid)
+    assert len(children) == 2
+    process.kill()  # SIGKILL: no chance to forward anything
+    process.wait()
+    for _ in range(100):
+        if not any(alive(pid) for pid in children):
+            break
+        await asyncio.sleep(0.1)
+    assert not any(alive(pid) for pid in children), "orphaned workers kept running"
 
 
 def test_workers_need_a_fixed_port(cert_dir: Path) -> None:
