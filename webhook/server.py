@@ -123,7 +123,12 @@ def _admission_handler(phase: Phase, endpoint: str) -> Callable[[web.Request], A
             state.metrics.rejected.labels("413").inc()
             return _problem(413, f"request body exceeds {MAX_BODY} bytes")
         try:
-            body = await asyncio.wait_for(request.read(), state.config.body_timeout)
+            if request.content.is_eof():
+                body = await request.read()  # already all here (the usual case): no timer needed
+            else:
+                # asyncio.timeout, not wait_for: wait_for wraps the read in a task of its own (3.11)
+                async with asyncio.timeout(state.config.body_timeout):
+                    body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             state.metrics.rejected.labels("413").inc()
             return _problem(413, f"request body exceeds {MAX_BODY} bytes")

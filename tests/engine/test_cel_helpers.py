@@ -67,7 +67,7 @@ def test_rewritten_helpers_agree_with_the_python_helpers(expression: str) -> Non
 
         specs = [_at(document, p) for p in target.pod_specs]
         facts = _TargetFacts(
-            pod_specs=specs, containers=_containers(specs), gpus=sum(DEFAULT.pod_count(s) for s in specs)
+            version=0, pod_specs=specs, containers=_containers(specs), gpus=sum(DEFAULT.pod_count(s) for s in specs)
         )
         variables = {
             "podSpec": specs[0] if len(specs) == 1 else None,

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import sys
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from webhook import logs
 from webhook.certs import CA_FILE, ensure_dev_certificates
-from webhook.commands.common import UsageError, default_rules_dir
+from webhook.commands.common import EXIT_USAGE, UsageError, default_rules_dir
 from webhook.engine import Mode
 from webhook.server import NamespaceSource, Server, ServerConfig
+from webhook.workers import run_workers
 
 log = logging.getLogger("gpu_webhook.serve")
 
@@ -59,6 +63,19 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--kubeconfig", help="kubeconfig for the namespace watch (default: in-cluster)")
     parser.add_argument("--context", help="kubeconfig context for the namespace watch")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes sharing the port (SO_REUSEPORT), one per core; worker i serves the "
+        "plain-HTTP metrics on --metrics-port + i",
+    )
+    parser.add_argument(
+        "--loop",
+        choices=["auto", "asyncio", "uvloop"],
+        default="auto",
+        help="event loop; auto uses uvloop when installed (pip install 'gpu-webhook[fast]')",
+    )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.set_defaults(run=run)
 
@@ -86,6 +103,10 @@ def run(args: argparse.Namespace) -> int:
             f"trust {cert_dir / CA_FILE} to call https://{args.host}:{args.port}",
             file=sys.stderr,
         )
+    if args.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    if args.workers > 1 and args.port == 0:
+        raise UsageError("--workers needs a fixed --port: every worker must listen on the same one")
     config = ServerConfig(
         rules=args.rules or [default_rules_dir()],
         cert_dir=str(cert_dir),
@@ -100,10 +121,44 @@ def run(args: argparse.Namespace) -> int:
         client_ca=args.client_ca,
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,
+        reuse_port=args.workers > 1,
     )
+    if args.workers == 1:
+        return _serve(config, args)
+
+    def worker(index: int) -> int:
+        if config.metrics_port is not None:
+            # Each worker keeps its own registry (no shared state between processes), so each
+            # needs its own scrape port; on the HTTPS port /metrics answers from whichever worker.
+            worker_config = dataclasses.replace(config, metrics_port=config.metrics_port + index)
+        else:
+            worker_config = config
+        try:
+            return _serve(worker_config, args)
+        except UsageError as error:
+            print(f"gpu-webhook: worker {index}: {error}", file=sys.stderr)
+            return EXIT_USAGE
+
+    return run_workers(args.workers, worker)
+
+
+def _serve(config: ServerConfig, args: argparse.Namespace) -> int:
+    # in the worker itself: the namespace watch thread would not survive a fork
     try:
         server = Server(config, namespaces=_namespace_cache(args))
     except (ValueError, OSError) as error:
         raise UsageError(f"cannot start:\n{error}") from None
-    asyncio.run(server.run())
+    _runner(args.loop)(server.run())
     return 0
+
+
+def _runner(loop: str) -> Callable[[Coroutine[Any, Any, None]], None]:
+    if loop != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if loop == "uvloop":
+                raise UsageError("--loop uvloop: uvloop is not installed (pip install 'gpu-webhook[fast]')") from None
+        else:
+            return uvloop.run
+    return asyncio.run

@@ -10,8 +10,10 @@ the author's text for diagnostics and types, the rewritten text to run.
 
 from __future__ import annotations
 
+import contextlib
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +67,9 @@ class CompiledExpression:
     program: Any  # what runs: the helpers rewritten into plain CEL
     references: frozenset[str]  # variables the program reads
     result_type: str  # the checker's type of the result: BOOL, STRING, LIST<STRING>, DYN, ...
+    # True when the rule's params are compiled in as a constant (CelEnvironment.rule_params):
+    # the expression then runs on the activation shared by every rule of a request.
+    params_bound: bool = False
 
     def evaluate(self, activation: Any) -> Any:
         result = self.program.eval(activation)
@@ -78,6 +83,7 @@ class CelEnvironment:
 
     def __init__(self, accelerators: Accelerators) -> None:
         self.accelerators = accelerators
+        self._params_literal: str | None = None  # set only while a rule's expressions compile
         dyn = cel.Type.DYN
         variables = {name: dyn for name in (*VARIABLES, *TARGET_VARIABLES)}
         variables["targetGpuCount"] = cel.Type.INT
@@ -131,6 +137,24 @@ class CelEnvironment:
     def _container_count(self, container: Mapping[str, Any]) -> int:
         return self.accelerators.container_count(container)
 
+    @contextlib.contextmanager
+    def rule_params(self, params: Any) -> Iterator[None]:
+        """Compile the expressions of one rule with its params bound as a constant.
+
+        The runtime converts a variable from Python on first use in each activation, deeply:
+        ~10 µs for a one-container pod, ~100 µs for ten. With `params` (the only per-rule
+        variable) compiled in as `cel.bind(params, dyn(<literal>), ...)`, one activation per
+        target serves every rule, so the object is converted once per request. `dyn()` keeps
+        type checking exactly as for the declared `params: dyn` variable. Params that have
+        no CEL literal (YAML timestamps, huge integers) keep the per-rule activation.
+        """
+        literal = cel_literal(params)
+        self._params_literal = literal
+        try:
+            yield
+        finally:
+            self._params_literal = None
+
     def compile(self, text: str) -> CompiledExpression:
         if not isinstance(text, str) or not text.strip():
             raise CelCompileError("expression is empty")
@@ -144,13 +168,21 @@ class CelEnvironment:
             raise CelCompileError(_clean(message), line, column) from None
         try:
             source = celhelpers.rewrite(text)
-            program = self._env.compile(source) if source != text else checked
-        except (celhelpers.RewriteError, RuntimeError):
-            source, program = text, checked  # correct, only slower: the helpers run in Python
+        except celhelpers.RewriteError:
+            source = text  # correct, only slower: the helpers run in Python
         references = frozenset(name for name in (*VARIABLES, *TARGET_VARIABLES) if re.search(rf"\b{name}\b", source))
-        return CompiledExpression(
-            text=text, program=program, references=references, result_type=str(checked.return_type())
-        )
+        result_type = str(checked.return_type())
+        if self._params_literal is not None:
+            # A newline before the closing parenthesis ends a trailing // comment. Should the bound
+            # form not compile, the plain one below still runs (on a per-rule activation).
+            with contextlib.suppress(RuntimeError):
+                bound = self._env.compile(f"cel.bind(params, dyn({self._params_literal}), {source}\n)")
+                return CompiledExpression(text, bound, references, result_type, params_bound=True)
+        try:
+            program = self._env.compile(source) if source != text else checked
+        except RuntimeError:
+            program, references = checked, frozenset(n for n in (*VARIABLES, *TARGET_VARIABLES) if re.search(rf"\b{n}\b", text))
+        return CompiledExpression(text, program, references, result_type)
 
     def activation(self, variables: Mapping[str, Any]) -> Any:
         return self._env.Activation(variables)
@@ -211,6 +243,46 @@ def _quantity(text: str) -> float:
         return float(parse_quantity(text))
     except QuantityError as error:
         raise ValueError(str(error)) from None
+
+
+def _cel_string(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", escaped) + '"'
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_INT64 = range(-(2**63), 2**63)
+
+
+def cel_literal(value: Any) -> str | None:
+    """A CEL literal that evaluates to the same value as the runtime's conversion of `value`, or None."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value) if value in _INT64 else None
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else None
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return None
+        return _cel_string(value)
+    if isinstance(value, list | tuple):
+        items = [cel_literal(item) for item in value]
+        return None if None in items else "[" + ", ".join(items) + "]"  # type: ignore[arg-type]
+    if isinstance(value, Mapping):
+        entries = []
+        for key, item in value.items():
+            key_literal = cel_literal(key) if isinstance(key, str | int) else None
+            item_literal = cel_literal(item)
+            if key_literal is None or item_literal is None:
+                return None
+            entries.append(f"{key_literal}: {item_literal}")
+        return "{" + ", ".join(entries) + "}"
+    return None
 
 
 def _is_quantity(text: Any) -> bool:

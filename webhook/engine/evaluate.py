@@ -21,6 +21,7 @@ from .cel import CelEvaluationError, CompiledExpression
 from .model import DEFAULT_LIMITS, Action, Decision, Limits, Mode, Phase, Rule, RuleTrace, Target, Violation
 from .mutate import MutationContext, MutationError
 from .patch import PatchConflict, Patcher
+from .pointer import to_pointer
 from .quantity import QuantityError, parse_quantity
 from .resources import Accelerators
 from .ruleset import RuleSet
@@ -117,7 +118,8 @@ class _Run:
         self._object_target: Target | None = None
         self._refused_for_context: set[tuple[str, str]] = set()
         self._facts: dict[tuple[str | int, ...], _TargetFacts] = {}
-        self._facts_version = 0  # patch length the cached facts were computed at
+        # target root -> (version of the working copy, the activation every params-bound expression shares)
+        self._activations: dict[tuple[str | int, ...], tuple[int, Any]] = {}
         self.limits = limits
         budget = limits.time_budget
         self.deadline = None if budget is None else time.perf_counter() + budget
@@ -146,13 +148,13 @@ class _Run:
             if self.patcher is None:
                 self.working = _copy(self.working)
                 self.patcher = Patcher(self.working)
-            activation = self._activation(rule, target)
             start = len(self.patcher.operations)
             context = MutationContext(
                 patcher=self.patcher,
                 target=target,
                 operation=self.admission.operation,
-                evaluate=lambda expression, a=activation, t=target: self._eval(expression, a, t),
+                # an activation only if a mutation has CEL, of the working copy as it then is
+                evaluate=lambda expression, r=rule, t=target: self._eval(r, t, expression),
                 accelerators=self.ruleset.accelerators,
             )
             try:
@@ -171,14 +173,13 @@ class _Run:
             entry = self._match(rule, target)
             if entry is None:
                 continue
-            activation = self._activation(rule, target)
             try:
-                result = self._eval(rule.validate.expression, activation, target)
+                result = self._eval(rule, target, rule.validate.expression)
                 messages = _failures(result, rule)
                 if messages is None:
                     raise RuleError(f"validate.expression gave {type(result).__name__}, expected bool or list")
                 if messages == [] and result is False:
-                    messages = [self._message(rule, target, activation)]
+                    messages = [self._message(rule, target)]
             except RuleError as error:
                 self._error(rule, target, entry, str(error))
                 continue
@@ -234,10 +235,9 @@ class _Run:
             has_gpus = self._gpus(target) > 0
             if has_gpus != match.gpu:
                 return "requests no accelerators (gpu: true)" if match.gpu else "requests accelerators (gpu: false)"
-        if (
-            match.condition is not None
-            and self._eval(match.condition, self._activation(rule, target), target) is not True
-        ):
+        # an error here is a rule error (the caller applies failurePolicy), never "no match":
+        # otherwise an object shaped to break the condition would slip past the rule
+        if match.condition is not None and self._eval(rule, target, match.condition) is not True:
             return "condition is false"
         return None
 
@@ -256,36 +256,63 @@ class _Run:
                 return True
         return False
 
+    def _version(self) -> int:
+        """The working copy changes only through the Patcher: its operation count is the version."""
+        return len(self.patcher.operations) if self.patcher is not None else 0
+
     def _target_facts(self, target: Target) -> _TargetFacts:
-        """What every rule needs to know about a target, computed once per target (and per edit)."""
-        version = len(self.patcher.operations) if self.patcher is not None else 0
-        if version != self._facts_version:
-            self._facts.clear()  # a mutation may have changed what the cached facts were read from
-            self._facts_version = version
-        facts = self._facts.get(target.root)
-        if facts is None:
-            pod_specs = [_at(self.working, path) for path in target.pod_specs]
-            accelerators = self.ruleset.accelerators
-            facts = _TargetFacts(
-                pod_specs=pod_specs,
-                containers=_containers(pod_specs),
-                gpus=sum(accelerators.pod_count(spec) for spec in pod_specs),
-            )
-            self._facts[target.root] = facts
+        """What every rule needs to know about a target, computed once per state of the working copy.
+
+        Counting GPUs walks every container's resources; per rule it was a third of a request's
+        cost. After an edit the references are re-taken, and what was read from the containers'
+        resources is kept unless an edit reached into containers or replaced an ancestor.
+        """
+        version = self._version()
+        cached = self._facts.get(target.root)
+        if cached is not None and cached.version == version:
+            return cached
+        pod_specs = [_at(self.working, path) for path in target.pod_specs]
+        facts = _TargetFacts(version=version, pod_specs=pod_specs, containers=_containers(pod_specs), gpus=0)
+        if (
+            cached is not None
+            and self.patcher is not None
+            and not _edits_containers(self.patcher.operations[cached.version :], target)
+        ):
+            facts.gpus = cached.gpus
+            facts._container_gpus, facts._quantities = cached._container_gpus, cached._quantities
+        else:
+            facts.gpus = sum(self.ruleset.accelerators.pod_count(spec) for spec in pod_specs)
+        self._facts[target.root] = facts
         return facts
 
     def _gpus(self, target: Target) -> int:
         return self._target_facts(target).gpus
 
-    def _activation(self, rule: Rule, target: Target) -> Any:
+    def _eval(self, rule: Rule, target: Target, expression: CompiledExpression) -> Any:
+        """Run one of the rule's expressions on this target within the request's limits.
+
+        Expressions with their rule's params compiled in share one activation per target:
+        the runtime converts each variable on first use and keeps it, so the object is
+        converted once per request (and per state of the working copy), not once per rule.
+        """
+        self._check_limits(target)
+        if not expression.params_bound:
+            return _evaluate(expression, self._activation(target, rule.params, rule.references))
+        version = self._version()
+        cached = self._activations.get(target.root)
+        if cached is None or cached[0] != version:
+            cached = (version, self._activation(target, None, self.ruleset.references))
+            self._activations[target.root] = cached
+        return _evaluate(expression, cached[1])
+
+    def _activation(self, target: Target, params: Any, references: frozenset[str]) -> Any:
         facts = self._target_facts(target)
-        references = rule.references
         variables = {
             "object": self.admission.object if self.admission.object is None else self.working,
             "oldObject": self.admission.old_object,
             "request": self.admission.request,
             "namespaceObject": self.admission.namespace_object,
-            "params": rule.params,
+            "params": params,  # None in the shared activation: each expression there binds its own
             "podSpec": facts.pod_specs[0] if len(facts.pod_specs) == 1 else None,
             "podSpecs": facts.pod_specs,
             "containers": facts.containers,
@@ -299,13 +326,12 @@ class _Run:
             variables["quantities"] = facts.quantities()
         return self.ruleset.env.activation(variables)
 
-    def _message(self, rule: Rule, target: Target, activation: Any) -> str:
+    def _message(self, rule: Rule, target: Target) -> str:
         validation = rule.validate
         assert validation is not None
         if validation.message_expression is not None:
             try:
-                # limits were checked for this target by the validation that just failed
-                message = _evaluate(validation.message_expression, activation)
+                message = self._eval(rule, target, validation.message_expression)
                 if isinstance(message, str) and message.strip():
                     return message
             except RuleError:
@@ -336,8 +362,8 @@ class _Run:
         if rule.failure_policy == "Fail":
             self._record(rule, target, f"rule {rule.name} could not be evaluated: {message}")
 
-    def _eval(self, expression: CompiledExpression, activation: Any, target: Target) -> Any:
-        """Run one expression within the request's limits; a limit reached is a RuleError."""
+    def _check_limits(self, target: Target) -> None:
+        """Before each expression: the request's time budget and the target's size; a RuleError past either."""
         if self.deadline is not None and time.perf_counter() > self.deadline:
             budget_ms = (self.limits.time_budget or 0) * 1000
             raise RuleError(f"time budget of {budget_ms:g} ms for this request exceeded")
@@ -351,7 +377,6 @@ class _Run:
                 f"{target.description} is too large to evaluate: a list or map of {largest} items "
                 f"(limit {self.limits.max_collection})"
             )
-        return _evaluate(expression, activation)
 
 
 def _largest_collection(document: Any, limit: int) -> int:
@@ -400,6 +425,7 @@ def _failures(result: Any, rule: Rule) -> list[str] | None:
 
 @dataclass(slots=True)
 class _TargetFacts:
+    version: int  # of the working copy these were read from
     pod_specs: list[Any]
     containers: list[Any]
     gpus: int
@@ -460,6 +486,16 @@ def _containers(pod_specs: list[Any]) -> list[Any]:
                 if isinstance(value, list):
                     found.extend(value)
     return found
+
+
+def _edits_containers(operations: list[dict[str, Any]], target: Target) -> bool:
+    """Whether any of these patch operations may change the target's containers (conservative)."""
+    specs = [to_pointer(path) + "/" for path in target.pod_specs]
+    for operation in operations:
+        path = operation["path"]
+        if "ontainers" in path or any(spec.startswith(path + "/") for spec in specs):
+            return True  # into (init)containers, or an ancestor of the pod spec replaced
+    return False
 
 
 def _at(document: Any, path: tuple[str | int, ...]) -> Any:

@@ -214,6 +214,12 @@ def _dotted(path: Iterable[Any]) -> str:
 
 
 def _compile_rule(document: Document, env: CelEnvironment, errors: list[LoadError]) -> Rule | None:
+    # params become a constant of each expression, so one activation serves all rules (cel.py)
+    with env.rule_params(document.data["spec"].get("params") or {}):
+        return _compile_rule_body(document, env, errors)
+
+
+def _compile_rule_body(document: Document, env: CelEnvironment, errors: list[LoadError]) -> Rule | None:
     data = document.data
     spec = data["spec"]
     name = data["metadata"]["name"]

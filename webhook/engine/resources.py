@@ -51,7 +51,7 @@ class Accelerators:
         total = 0
         for name in set(asked) | set(limits):
             if name in self:
-                total += _whole(asked.get(name, limits.get(name)))
+                total += whole_quantity(asked.get(name, limits.get(name)))
         return total
 
     def pod_count(self, pod_spec: Mapping[str, Any] | None) -> int:
@@ -76,7 +76,7 @@ def _containers(pod_spec: Mapping[str, Any], field: str) -> list[Mapping[str, An
     return [c for c in value if isinstance(c, Mapping)]
 
 
-def _whole(value: object) -> int:
+def whole_quantity(value: object) -> int:
     try:
         number = parse_quantity(value)
     except QuantityError:

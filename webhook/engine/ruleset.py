@@ -23,6 +23,7 @@ class RuleSet:
     env: CelEnvironment
     index: dict[tuple[str, str], tuple[Rule, ...]] = field(default_factory=dict)
     wildcard: dict[str, tuple[Rule, ...]] = field(default_factory=dict)
+    references: frozenset[str] = frozenset()  # variables any rule reads: what a shared activation holds
 
     @classmethod
     def build(cls, rules: Iterable[Rule], env: CelEnvironment) -> RuleSet:
@@ -42,7 +43,8 @@ class RuleSet:
             key: tuple(sorted({r.name: r for r in (*found, *wildcard[key[1]])}.values(), key=lambda r: order[r.name]))
             for key, found in index.items()
         }
-        return cls(rules, env, merged, {op: tuple(found) for op, found in wildcard.items()})
+        references = frozenset().union(*(rule.references for rule in rules))
+        return cls(rules, env, merged, {op: tuple(found) for op, found in wildcard.items()}, references)
 
     def candidates(self, kind: str, operation: str) -> tuple[Rule, ...]:
         found = self.index.get((kind, operation))

@@ -1,0 +1,61 @@
+"""The per-target GPU count is cached per request; a mutation that changes containers must refresh it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.support import cpu_pod, gpu_pod
+from webhook.engine import AdmissionInput, evaluate, load_rules
+
+RULES = """\
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: a-add-gpu-init-container}
+spec:
+  match: {kinds: [Pod], operations: [CREATE]}
+  mutate:
+    - merge:
+        spec:
+          initContainers:
+            - name: warmup
+              image: nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04
+              resources: {limits: {nvidia.com/gpu: "1"}}
+---
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: b-tolerate}
+spec:
+  match: {kinds: [Pod], operations: [CREATE], gpu: true}
+  mutate:
+    - addToleration: {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
+---
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: c-sees-gpus}
+spec:
+  action: Warn
+  match: {kinds: [Pod], operations: [CREATE], gpu: true}
+  validate:
+    expression: "false"
+    message: "GPU pod"
+"""
+
+
+def test_gpu_count_follows_a_mutation_that_adds_a_gpu_container(tmp_path: Path) -> None:
+    (tmp_path / "rules.yaml").write_text(RULES)
+    ruleset = load_rules(tmp_path).ruleset
+    assert ruleset is not None
+    decision = evaluate(ruleset, AdmissionInput(object=cpu_pod(), namespace="team-a"))
+    assert [v.rule for v in decision.warnings] == ["c-sees-gpus"]
+    paths = [op["path"] for op in decision.patch]
+    assert paths == ["/spec/initContainers", "/spec/tolerations"]  # b saw the GPU that a added
+
+
+def test_unrelated_edits_keep_the_count(tmp_path: Path) -> None:
+    (tmp_path / "rules.yaml").write_text(RULES)
+    ruleset = load_rules(tmp_path).ruleset
+    assert ruleset is not None
+    pod = gpu_pod(initContainers=[{"name": "setup", "image": "busybox"}])  # merge adds nothing here
+    decision = evaluate(ruleset, AdmissionInput(object=pod, namespace="team-a"))
+    assert [op["path"] for op in decision.patch] == ["/spec/tolerations"]
+    assert [v.rule for v in decision.warnings] == ["c-sees-gpus"]

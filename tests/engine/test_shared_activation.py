@@ -1,0 +1,97 @@
+"""Rule params compiled in as constants, so one CEL activation serves every rule of a request."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import gpu_pod
+from webhook.engine import AdmissionInput, evaluate, load_rules
+from webhook.engine.cel import CelCompileError, CelEnvironment, cel_literal
+from webhook.engine.resources import DEFAULT
+
+VALUES: list[Any] = [
+    {},
+    {"taintKey": "nvidia.com/gpu", "labels": ["a", "b"], "n": 3, "ratio": 0.5, "on": True, "none": None},
+    {"quote": 'say "hi" \\ bye', "newline": "a\nb\tc\x01", "unicode": "Grüße ✓", "nested": {"x": [{"y": -7}]}},
+    {"big": 2**62, "neg": -(2**63), "float": 1e-7, "ints": {1: "one"}},
+]
+
+
+@pytest.fixture(scope="module")
+def env() -> CelEnvironment:
+    return CelEnvironment(DEFAULT)
+
+
+@pytest.mark.parametrize("params", VALUES)
+def test_the_literal_is_the_same_value_as_the_converted_params(env: CelEnvironment, params: Any) -> None:
+    with env.rule_params(params):
+        bound = env.compile("params")
+    assert bound.params_bound
+    plain = env.compile("params")
+    assert not plain.params_bound
+    assert bound.evaluate(env.activation({"params": None})) == plain.evaluate(env.activation({"params": params}))
+
+
+@pytest.mark.parametrize("params", [{"when": datetime.datetime(2026, 1, 1)}, {"huge": 2**70}, {"nan": float("nan")}])
+def test_params_without_a_literal_keep_the_per_rule_variable(env: CelEnvironment, params: Any) -> None:
+    assert cel_literal(params) is None
+    with env.rule_params(params):
+        assert not env.compile("has(params.x)").params_bound
+
+
+def test_trailing_comment_and_error_positions_are_the_authors(env: CelEnvironment) -> None:
+    broken = "params.a == 1 &&\n  nosuch.b"
+    with pytest.raises(CelCompileError) as plain:
+        env.compile(broken)
+    with env.rule_params({"a": 1}):
+        assert env.compile("params.a == 1 // the usual").evaluate(env.activation({})) is True
+        with pytest.raises(CelCompileError) as bound:
+            env.compile(broken)
+    assert (bound.value.line, bound.value.column) == (plain.value.line, plain.value.column)
+    assert bound.value.line == 2 and str(bound.value) == str(plain.value)
+
+
+RULES = """\
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: small-limit}
+spec:
+  action: Warn
+  match: {kinds: [Pod], operations: [CREATE]}
+  validate: {expression: "targetGpuCount <= params.max && podSpec.containers.size() == 1", message: small}
+  params: {max: 1}
+---
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: large-limit}
+spec:
+  action: Warn
+  match: {kinds: [Pod], operations: [CREATE]}
+  validate: {expression: "targetGpuCount <= params.max && podSpec.containers.size() == 1", message: large}
+  params: {max: 8}
+---
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: not-a-number}
+spec:
+  action: Warn
+  match: {kinds: [Pod], operations: [CREATE]}
+  validate: {expression: "params.x == params.x", message: nan}
+  params: {x: .nan}
+"""
+
+
+def test_each_rule_sees_its_own_params_on_the_shared_activation(tmp_path: Path) -> None:
+    (tmp_path / "rules.yaml").write_text(RULES)
+    ruleset = load_rules(tmp_path).ruleset
+    assert ruleset is not None
+    bound = {rule.name: rule.validate.expression.params_bound for rule in ruleset.rules if rule.validate}
+    assert bound == {"small-limit": True, "large-limit": True, "not-a-number": False}
+    decision = evaluate(ruleset, AdmissionInput(object=gpu_pod(gpus=4), namespace="team-a"))
+    assert decision.errors == []
+    # 4 > 1 warns, 4 <= 8 passes; NaN (no literal, own activation) is not equal to itself: warns
+    assert [v.rule for v in decision.warnings] == ["small-limit", "not-a-number"]
