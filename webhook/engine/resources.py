@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from .quantity import QuantityError, parse_quantity
@@ -77,6 +78,17 @@ def _containers(pod_spec: Mapping[str, Any], field: str) -> list[Mapping[str, An
 
 
 def whole_quantity(value: object) -> int:
+    if isinstance(value, str):
+        return _whole_text(value)  # the same few strings ("1", "8") on every request: parse each once
+    try:
+        number = parse_quantity(value)
+    except QuantityError:
+        return 0
+    return int(number) if number > 0 else 0
+
+
+@lru_cache(maxsize=4096)
+def _whole_text(value: str) -> int:
     try:
         number = parse_quantity(value)
     except QuantityError:
