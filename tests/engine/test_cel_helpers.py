@@ -63,9 +63,10 @@ def test_rewritten_helpers_agree_with_the_python_helpers(expression: str) -> Non
     assert rewrite(expression) != expression
     checked = 0
     for label, document, target in targets_of_examples():
-        from webhook.engine.evaluate import _at, _containers, _TargetFacts
+        from webhook.engine.evaluate import _containers, _TargetFacts
+        from webhook.engine.workloads import get_path
 
-        specs = [_at(document, p) for p in target.pod_specs]
+        specs = [get_path(document, p) for p in target.pod_specs]
         facts = _TargetFacts(
             version=0, pod_specs=specs, containers=_containers(specs), gpus=sum(DEFAULT.pod_count(s) for s in specs)
         )

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from webhook.engine import Action, AdmissionInput, Decision, Mode, Phase, RuleSet, evaluate
-from webhook.engine.workloads import object_target
+from webhook.engine.workloads import get_path, object_target
 
 from .sources import Item
 
@@ -147,7 +147,7 @@ def audit(
             mode=mode,
             trace=True,
         )
-        gpus = sum(accelerators.pod_count(_at(obj, path)) for path in object_target(obj).pod_specs)
+        gpus = sum(accelerators.pod_count(get_path(obj, path)) for path in object_target(obj).pod_specs)
         yield ObjectResult(
             ref=ref,
             origin=item.origin,
@@ -157,15 +157,6 @@ def audit(
             original=obj,
             mutated=decision.mutated,
         )
-
-
-def _at(document: Any, path: tuple[str | int, ...]) -> Any:
-    for part in path:
-        if isinstance(part, int):
-            document = document[part] if isinstance(document, list) and part < len(document) else None
-        else:
-            document = document.get(part) if isinstance(document, Mapping) else None
-    return document
 
 
 @dataclass(slots=True)

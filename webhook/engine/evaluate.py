@@ -25,7 +25,7 @@ from .pointer import to_pointer
 from .quantity import QuantityError, parse_quantity
 from .resources import Accelerators
 from .ruleset import RuleSet
-from .workloads import object_target, pod_template_targets
+from .workloads import get_path, object_target, pod_template_targets
 
 
 @dataclass(slots=True)
@@ -271,7 +271,7 @@ class _Run:
         cached = self._facts.get(target.root)
         if cached is not None and cached.version == version:
             return cached
-        pod_specs = [_at(self.working, path) for path in target.pod_specs]
+        pod_specs = [get_path(self.working, path) for path in target.pod_specs]
         facts = _TargetFacts(version=version, pod_specs=pod_specs, containers=_containers(pod_specs), gpus=0)
         if (
             cached is not None
@@ -501,15 +501,6 @@ def _edits_containers(operations: list[dict[str, Any]], target: Target) -> bool:
         if "ontainers" in path or any(spec.startswith(path + "/") for spec in specs):
             return True  # into (init)containers, or an ancestor of the pod spec replaced
     return False
-
-
-def _at(document: Any, path: tuple[str | int, ...]) -> Any:
-    for part in path:
-        if isinstance(part, int):
-            document = document[part] if isinstance(document, list) and part < len(document) else None
-        else:
-            document = document.get(part) if isinstance(document, Mapping) else None
-    return document
 
 
 def _copy(document: dict[str, Any]) -> dict[str, Any]:
