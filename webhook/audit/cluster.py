@@ -77,19 +77,19 @@ class Api:
 
     def pages(self, path: str, limit: int) -> Iterator[dict[str, Any]]:
         """Each page of a list; raises LookupError on 404 (a kind or namespace the cluster lacks)."""
-        token = ""
+        continue_from = ""
         while True:
             query: list[tuple[str, Any]] = [("limit", limit)]
-            if token:
-                query.append(("continue", token))
+            if continue_from:
+                query.append(("continue", continue_from))
             status, page = self.request("GET", path, query)
             if status == 404:
                 raise LookupError(path)
             if status != 200 or not isinstance(page, dict):
                 raise ClusterError(f"GET {path}: HTTP {status}: {_reason(page)}")
             yield page
-            token = (page.get("metadata") or {}).get("continue") or ""
-            if not token:
+            continue_from = (page.get("metadata") or {}).get("continue") or ""
+            if not continue_from:
                 return
 
 

@@ -181,7 +181,10 @@ class CelEnvironment:
         try:
             program = self._env.compile(source) if source != text else checked
         except RuntimeError:
-            program, references = checked, frozenset(n for n in (*VARIABLES, *TARGET_VARIABLES) if re.search(rf"\b{n}\b", text))
+            program, references = (
+                checked,
+                frozenset(n for n in (*VARIABLES, *TARGET_VARIABLES) if re.search(rf"\b{n}\b", text)),
+            )
         return CompiledExpression(text, program, references, result_type)
 
     def activation(self, variables: Mapping[str, Any]) -> Any:
