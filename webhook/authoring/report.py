@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import xml.etree.ElementTree as ElementTree  # nosec B405 - builds the JUnit XML we write; parses nothing
+# B405: builds the JUnit XML we write; parses nothing
+import xml.etree.ElementTree as ElementTree  # nosec B405
 from collections.abc import Iterable, Iterator
 
 from .suite import CaseResult

@@ -116,7 +116,8 @@ class NamespaceCache:
                 self._resource_version = None
                 continue
             log.warning("namespace cache: %s; retrying in %.1fs", _describe(failure), delay)
-            if self._stopping.wait(delay * random.uniform(0.8, 1.2)):  # nosec B311 - backoff jitter, not a secret
+            # B311: backoff jitter, not a secret
+            if self._stopping.wait(delay * random.uniform(0.8, 1.2)):  # nosec B311
                 break
             delay = min(delay * 2, self._backoff_max)
 
