@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
 import uuid
 from pathlib import Path
@@ -118,3 +119,10 @@ def cpu_pod(name: str = "web", **spec: Any) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": "team-a"},
         "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}], **spec},
     }
+
+
+def free_port() -> int:
+    """A port nothing listens on right now, for a server started in a subprocess."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import socket
 import ssl
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from tests.support import RULES, client_ssl, cpu_pod, make_review, start_server
+from tests.support import RULES, client_ssl, cpu_pod, free_port, make_review, start_server
 from webhook.certs import CERT_FILE, KEY_FILE, generate_ca
 from webhook.server import tls_context
 
@@ -146,12 +145,6 @@ async def test_client_certificates_from_the_configured_ca_only(cert_dir: Path, t
         assert (await post_with(cert_dir, server.port, (stranger_cert, stranger_key))).startswith("refused")
     finally:
         await server.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 async def test_plain_metrics_port_serves_metrics_and_health_but_never_admission(cert_dir: Path) -> None:

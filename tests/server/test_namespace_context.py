@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ import pytest
 import yaml
 
 from tests.kubestub import KubeStub
-from tests.support import EXAMPLES, RULES, LiveServer, client_ssl, make_review, start_server
+from tests.support import EXAMPLES, RULES, LiveServer, client_ssl, free_port, make_review, start_server
 from webhook.kube import NamespaceCache, connect
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -87,12 +86,6 @@ async def test_queue_label_comes_from_the_live_namespace(
             assert "gpu_webhook_namespace_cache_synced 1.0" in (await live.get("/metrics"))[1]
     finally:
         await server.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_serve_watches_namespaces_when_given_a_kubeconfig(cert_dir: Path, kubeconfig: Path, stub: KubeStub) -> None:

@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from tests.support import RULES, LiveServer, client_ssl, cpu_pod, gpu_pod, make_review
+from tests.support import RULES, LiveServer, client_ssl, cpu_pod, free_port, gpu_pod, make_review
 
 BROKEN = "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: broken}\nspec:\n  match: {kinds: [Pod]}\n  validate: {expression: 'object.spec.'}\n"
 WARN_ALL = """
@@ -86,12 +85,6 @@ async def test_configmap_symlink_swap_is_picked_up(cert_dir: Path, tmp_path: Pat
             assert answer["response"]["warnings"] == ["[warn-everything] generation two"]
     finally:
         await server.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 async def test_sigterm_finishes_in_flight_requests(cert_dir: Path, tmp_path: Path) -> None:

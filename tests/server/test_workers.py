@@ -15,13 +15,7 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.support import RULES, client_ssl, gpu_pod, make_review
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tests.support import RULES, client_ssl, free_port, gpu_pod, make_review
 
 
 def free_port_pair() -> int:
