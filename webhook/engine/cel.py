@@ -21,7 +21,7 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_strings
 
 from . import celhelpers
-from .quantity import QuantityError, parse_quantity
+from .quantity import QuantityError, parse_quantity, quantity_of
 from .resources import Accelerators
 
 VARIABLES = (
@@ -288,12 +288,8 @@ def cel_literal(value: Any) -> str | None:
     return None
 
 
-def _is_quantity(text: Any) -> bool:
-    try:
-        parse_quantity(text)
-    except QuantityError:
-        return False
-    return True
+def _is_quantity(text: str) -> bool:
+    return quantity_of(text) is not None
 
 
 def _clean(message: str) -> str:

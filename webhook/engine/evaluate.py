@@ -12,7 +12,6 @@ import copy
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -22,7 +21,7 @@ from .model import DEFAULT_LIMITS, Action, Decision, Limits, Mode, Phase, Rule, 
 from .mutate import MutationContext, MutationError
 from .patch import PatchConflict, Patcher
 from .pointer import to_pointer
-from .quantity import QuantityError, parse_quantity
+from .quantity import quantity_of
 from .resources import Accelerators
 from .ruleset import RuleSet
 from .workloads import get_path, object_target, pod_template_targets
@@ -163,9 +162,8 @@ class _Run:
             except (MutationError, PatchConflict, RuleError) as error:
                 self._error(rule, target, entry, f"mutation failed: {error}")
                 continue
-            if entry is not None:
-                entry.patch = self.patcher.operations[start:]
-                entry.result = "mutated" if entry.patch else "pass"
+            entry.patch = self.patcher.operations[start:]
+            entry.result = "mutated" if entry.patch else "pass"
 
     def validate(self, rule: Rule) -> None:
         assert rule.validate is not None
@@ -175,11 +173,9 @@ class _Run:
                 continue
             try:
                 result = self._eval(rule, target, rule.validate.expression)
-                messages = _failures(result, rule)
+                messages = [self._message(rule, target)] if result is False else _failures(result)
                 if messages is None:
                     raise RuleError(f"validate.expression gave {type(result).__name__}, expected bool or list")
-                if messages == [] and result is False:
-                    messages = [self._message(rule, target)]
             except RuleError as error:
                 self._error(rule, target, entry, str(error))
                 continue
@@ -248,10 +244,7 @@ class _Run:
         if target.root == () and self.admission.old_object is not None:
             candidates.append(self.admission.old_object)  # as the apiserver does: either may match
         for document in candidates:
-            node: Any = document
-            for part in target.metadata:
-                node = node[part] if isinstance(node, list) else (node or {}).get(part)
-            labels = node.get("labels") if isinstance(node, Mapping) else None
+            labels = get_path(document, (*target.metadata, "labels"))
             if selector.matches(labels if isinstance(labels, Mapping) else None):
                 return True
         return False
@@ -419,9 +412,9 @@ def _evaluate(expression: CompiledExpression, activation: Any) -> Any:
         raise RuleError(f"{type(error).__name__}: {error}") from None
 
 
-def _failures(result: Any, rule: Rule) -> list[str] | None:
-    """bool: true passes; list of strings: each one a failure, empty passes."""
-    if result is True or result is False:
+def _failures(result: Any) -> list[str] | None:
+    """true passes; a list of strings is one failure each (empty passes); anything else is None."""
+    if result is True:
         return []
     if isinstance(result, list) and all(isinstance(item, str) for item in result):
         return list(result)
@@ -459,27 +452,16 @@ class _TargetFacts:
                         for value in section.values():
                             number = _quantity_value(value)
                             if number is not None:
-                                found[_cel_string(value)] = number
+                                found[str(value)] = number  # str(): the text CEL's string() gives
             self._quantities = found
         return self._quantities
-
-
-@lru_cache(maxsize=4096)
-def _quantity_text_value(text: str) -> float | None:
-    try:
-        return float(parse_quantity(text))
-    except QuantityError:
-        return None
 
 
 def _quantity_value(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, str | int):
         return None
-    return _quantity_text_value(str(value))
-
-
-def _cel_string(value: Any) -> str:
-    return value if isinstance(value, str) else str(value)
+    number = quantity_of(str(value))
+    return None if number is None else float(number)
 
 
 def _containers(pod_specs: list[Any]) -> list[Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 
 _SUFFIXES: dict[str, Decimal] = {
     "n": Decimal("1e-9"),
@@ -73,3 +74,13 @@ def _number(text: str, original: str) -> Decimal:
     if not number.is_finite() or number.adjusted() > MAX_EXPONENT:
         raise QuantityError(f"not a quantity: {original!r}")
     return number
+
+
+@lru_cache(maxsize=4096)
+def quantity_of(text: str) -> Decimal | None:
+    """A quantity string's value, or None when it is not one; cached, since the same few strings
+    ("1", "8", "16Gi") recur on every request."""
+    try:
+        return parse_quantity(text)
+    except QuantityError:
+        return None

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
-from .quantity import QuantityError, parse_quantity
+from .quantity import QuantityError, parse_quantity, quantity_of
 
 # Configuration, not code: a GPUWebhookConfig document in the rules directory replaces this list.
 DEFAULT_ACCELERATORS: tuple[str, ...] = (
@@ -79,21 +78,13 @@ def _containers(pod_spec: Mapping[str, Any], field: str) -> list[Mapping[str, An
 
 def whole_quantity(value: object) -> int:
     if isinstance(value, str):
-        return _whole_text(value)  # the same few strings ("1", "8") on every request: parse each once
-    try:
-        number = parse_quantity(value)
-    except QuantityError:
-        return 0
-    return int(number) if number > 0 else 0
-
-
-@lru_cache(maxsize=4096)
-def _whole_text(value: str) -> int:
-    try:
-        number = parse_quantity(value)
-    except QuantityError:
-        return 0
-    return int(number) if number > 0 else 0
+        number = quantity_of(value)
+    else:
+        try:
+            number = parse_quantity(value)
+        except QuantityError:
+            number = None
+    return int(number) if number is not None and number > 0 else 0
 
 
 DEFAULT = Accelerators.from_patterns(DEFAULT_ACCELERATORS)
