@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import ssl
@@ -126,3 +127,16 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+async def wait_ready(session: aiohttp.ClientSession, url: str, attempts: int = 200) -> None:
+    """Poll a /readyz URL until it answers 200 (50 ms apart); fail the test if it never does."""
+    for _ in range(attempts):
+        try:
+            async with session.get(url) as response:
+                if response.status == 200:
+                    return
+        except aiohttp.ClientConnectorError:
+            pass
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{url} never answered 200")

@@ -15,7 +15,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from tests.support import RULES, LiveServer, client_ssl, cpu_pod, free_port, gpu_pod, make_review
+from tests.support import RULES, LiveServer, client_ssl, cpu_pod, free_port, gpu_pod, make_review, wait_ready
 
 BROKEN = "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: broken}\nspec:\n  match: {kinds: [Pod]}\n  validate: {expression: 'object.spec.'}\n"
 WARN_ALL = """
@@ -97,13 +97,7 @@ async def test_sigterm_finishes_in_flight_requests(cert_dir: Path, tmp_path: Pat
     try:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ssl(cert_dir))) as session:
             base = f"https://localhost:{port}"
-            for _ in range(200):
-                try:
-                    async with session.get(f"{base}/readyz") as response:
-                        if response.status == 200:
-                            break
-                except aiohttp.ClientConnectorError:
-                    await asyncio.sleep(0.05)
+            await wait_ready(session, f"{base}/readyz")
             body = orjson.dumps(make_review(gpu_pod()))
             release = asyncio.Event()
 

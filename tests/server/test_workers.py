@@ -15,7 +15,7 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.support import RULES, client_ssl, free_port, gpu_pod, make_review
+from tests.support import RULES, client_ssl, free_port, gpu_pod, make_review, wait_ready
 
 
 def free_port_pair() -> int:
@@ -56,15 +56,7 @@ async def ready(metrics_port: int) -> None:
     """Both workers answer /readyz on their own metrics port."""
     async with aiohttp.ClientSession() as session:
         for worker in range(2):
-            for _ in range(200):
-                try:
-                    async with session.get(f"http://127.0.0.1:{metrics_port + worker}/readyz") as response:
-                        if response.status == 200:
-                            break
-                except aiohttp.ClientConnectorError:
-                    await asyncio.sleep(0.05)
-            else:
-                raise AssertionError(f"worker {worker} never became ready")
+            await wait_ready(session, f"http://127.0.0.1:{metrics_port + worker}/readyz")
 
 
 @pytest.fixture
