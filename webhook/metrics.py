@@ -89,7 +89,7 @@ class Metrics:
             for violation in bucket:
                 self.rule_results.labels(violation.rule, "would_deny" if violation.relaxed else action).inc()
         for error in decision.errors:
-            self.rule_errors.labels(error.split(":", 1)[0]).inc()
+            self.rule_errors.labels(error.rule).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

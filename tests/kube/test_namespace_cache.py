@@ -156,7 +156,7 @@ def test_engine_reads_namespace_context_from_the_cache(stub, make_cache, tmp_pat
     unsynced = NamespaceCache(api_client(stub.url))  # never started
     decision = evaluate(rules, AdmissionInput(object=job, namespace="team-b", namespace_object=unsynced.get("team-b")))
     assert decision.patch == []
-    assert "namespace context missing" in decision.trace[0].reason
+    assert "no namespace context" in decision.trace[0].reason
 
     cache = make_cache()
     stub.add("team-b", annotations={"gpu-webhook.io/queue": "research"})

@@ -65,7 +65,7 @@ def test_rule_error_with_ignore_allows_and_records_the_error(tmp_path: Path) -> 
     rules = ruleset(tmp_path, "object.spec.noSuchField == 1", policy="Ignore")
     decision = evaluate(rules, pod_input(cpu_pod()))
     assert decision.allowed
-    assert decision.errors and decision.errors[0].startswith("r: ")
+    assert decision.errors and decision.errors[0].rule == "r"
 
 
 @pytest.mark.parametrize(("policy", "allowed"), [("Fail", False), ("Ignore", True)])
@@ -76,7 +76,7 @@ def test_a_failing_match_condition_follows_failure_policy_not_no_match(
     rules = ruleset(tmp_path, "false", policy=policy, condition="object.spec.noSuchField == 1")
     decision = evaluate(rules, pod_input(cpu_pod()))
     assert decision.allowed is allowed
-    assert decision.errors and "condition" in decision.errors[0]
+    assert decision.errors and "condition" in decision.errors[0].message
 
 
 async def test_ignored_rule_errors_are_counted_in_metrics(tmp_path: Path, cert_dir: Path) -> None:
@@ -130,7 +130,7 @@ def test_time_budget_exceeded_is_a_rule_error_under_its_policy(tmp_path: Path) -
     ignore_dir.mkdir()
     rules = ruleset(ignore_dir, "true", policy="Ignore")
     decision = evaluate(rules, pod_input(cpu_pod()), limits=Limits(time_budget=0.0))
-    assert decision.allowed and "time budget" in decision.errors[0]
+    assert decision.allowed and "time budget" in decision.errors[0].message
 
 
 def test_oversized_collection_is_refused_fast_under_the_rules_policy() -> None:
@@ -145,7 +145,7 @@ def test_oversized_collection_is_refused_fast_under_the_rules_policy() -> None:
     decision = evaluate(rules, pod_input(pod))
     assert time.perf_counter() - started < 0.5
     assert not decision.allowed
-    assert any("too large to evaluate" in e for e in decision.errors), decision.errors
+    assert any("too large to evaluate" in e.message for e in decision.errors), decision.errors
 
 
 def test_huge_quantity_exponent_is_not_a_gpu_count_and_costs_nothing() -> None:

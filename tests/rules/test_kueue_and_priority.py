@@ -74,7 +74,7 @@ class TestQueueName:
     def test_invalid_queue_name_fails_the_rule(self, rule_pack):
         ns = namespace("ml-research", annotations={"gpu-webhook.io/queue": "Not A Queue"})
         decision = run(rule_pack("kueue-queue-name"), job(), ns)
-        assert decision.patch == [] and "not a DNS-1123 subdomain" in decision.errors[0]
+        assert decision.patch == [] and "not a DNS-1123 subdomain" in decision.errors[0].message
 
 
 class TestQueueRequired:

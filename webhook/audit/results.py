@@ -136,12 +136,8 @@ def audit(
         namespace_object = namespaces.get(ref.namespace) if ref.namespace else None
         decision = evaluate(
             ruleset,
-            AdmissionInput(
-                object=obj,
-                operation="CREATE",
-                namespace=ref.namespace or None,
-                namespace_object=dict(namespace_object) if namespace_object is not None else None,
-                request={"operation": "CREATE", "namespace": ref.namespace, "dryRun": True},
+            AdmissionInput.offline(
+                obj, namespace_object=dict(namespace_object) if namespace_object is not None else None
             ),
             phase=Phase.ALL,
             mode=mode,

@@ -135,14 +135,14 @@ def _mutate_then_deny(ruleset: RuleSet, documents: Mapping[str, Document]) -> It
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LINT_NAMESPACE, "labels": {}}}
 
     def validate(obj: dict[str, Any]) -> dict[str, str]:
-        admission = AdmissionInput(object=obj, namespace=LINT_NAMESPACE, namespace_object=namespace)
+        admission = AdmissionInput.offline(obj, namespace=LINT_NAMESPACE, namespace_object=namespace)
         decision = evaluate(ruleset, admission, phase=Phase.VALIDATE)
         return {v.rule: v.message for v in decision.violations}
 
     rules = {rule.name: rule for rule in ruleset.rules}
     reported: set[tuple[str, str]] = set()
     for description, pod in synthetic_pods():
-        admission = AdmissionInput(object=pod, namespace=LINT_NAMESPACE, namespace_object=namespace)
+        admission = AdmissionInput.offline(pod, namespace=LINT_NAMESPACE, namespace_object=namespace)
         before = validate(pod)
         decision = evaluate(ruleset, admission, phase=Phase.ALL)
         for entry in decision.trace:

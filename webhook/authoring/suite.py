@@ -137,25 +137,13 @@ def admission(case: Mapping[str, Any], base: Path | str) -> AdmissionInput:
     namespace_object = _resource(case, "namespaceObject", base)
     subject = obj if obj is not None else old or {}
     metadata = subject.get("metadata") if isinstance(subject.get("metadata"), Mapping) else {}
-    namespace = case.get("namespace") or metadata.get("namespace") or "default"
-    operation = case.get("operation", "CREATE")
-    api_version = str(subject.get("apiVersion", "v1"))
-    group, _, version = api_version.rpartition("/")
-    request = {
-        "operation": operation,
-        "namespace": namespace,
-        "name": metadata.get("name", ""),
-        "kind": {"group": group, "version": version, "kind": subject.get("kind", "")},
-        "userInfo": dict(case.get("userInfo") or {"username": "gpu-webhook-test"}),
-        "dryRun": False,
-    }
-    return AdmissionInput(
-        object=obj,
+    return AdmissionInput.offline(
+        obj,
+        operation=case.get("operation", "CREATE"),
         old_object=old,
-        operation=operation,
-        namespace=namespace,
+        namespace=case.get("namespace") or metadata.get("namespace") or "default",
         namespace_object=namespace_object,
-        request=request,
+        user_info=case.get("userInfo") or {"username": "gpu-webhook-test"},
     )
 
 

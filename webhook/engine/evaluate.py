@@ -11,13 +11,27 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from .cel import CelEvaluationError, CompiledExpression
-from .model import DEFAULT_LIMITS, Action, Decision, Limits, Mode, Phase, Rule, RuleTrace, Target, Violation
+from .model import (
+    DEFAULT_LIMITS,
+    NO_NAMESPACE_CONTEXT,
+    Action,
+    AdmissionInput,
+    Decision,
+    EvaluationError,
+    Limits,
+    Mode,
+    Phase,
+    Rule,
+    RuleTrace,
+    Target,
+    Violation,
+)
 from .mutate import MutationContext, MutationError
 from .patch import PatchConflict, Patcher
 from .pointer import to_pointer
@@ -25,43 +39,6 @@ from .quantity import quantity_of
 from .resources import Accelerators
 from .ruleset import RuleSet
 from .workloads import get_path, object_target, pod_template_targets
-
-
-@dataclass(slots=True)
-class AdmissionInput:
-    """What any door hands the engine: the AdmissionRequest's facts, already parsed."""
-
-    object: dict[str, Any] | None
-    old_object: dict[str, Any] | None = None
-    operation: str = "CREATE"
-    namespace: str | None = None
-    namespace_object: dict[str, Any] | None = None  # None: unknown (cache not synced, or offline)
-    request: dict[str, Any] = field(default_factory=dict)  # the CEL `request` variable
-    kind: str | None = None
-    sub_resource: str = ""
-
-    def __post_init__(self) -> None:
-        if not self.request:
-            # offline doors (audit, test, explain) have no AdmissionRequest: give rules the same
-            # fields the apiserver would, so `request.operation` and friends behave the same
-            subject = self.subject or {}
-            api_version = str(subject.get("apiVersion", ""))
-            group, _, version = api_version.rpartition("/")
-            metadata = subject.get("metadata") if isinstance(subject.get("metadata"), dict) else {}
-            self.request = {
-                "uid": "",
-                "kind": {"group": group, "version": version, "kind": self.kind or subject.get("kind", "")},
-                "name": metadata.get("name", ""),
-                "namespace": self.namespace or "",
-                "operation": self.operation,
-                "userInfo": {},
-                "dryRun": False,
-            }
-
-    @property
-    def subject(self) -> dict[str, Any] | None:
-        """The object rules look at: the new one, or on DELETE the old one."""
-        return self.object if self.object is not None else self.old_object
 
 
 class RuleError(Exception):
@@ -218,9 +195,9 @@ class _Run:
                 if key not in self._refused_for_context:  # a rule that mutates and validates refuses once
                     self._refused_for_context.add(key)
                     message = f"namespace {namespace!r} is not known yet (onMissingContext: Deny); retry shortly"
-                    self._record(rule, target, message)
-                return "namespace context missing (denied)"
-            return "namespace context missing (onMissingContext: Allow)"
+                    self._record(rule, target, message, error=True)
+                return f"{NO_NAMESPACE_CONTEXT} (onMissingContext: Deny)"
+            return NO_NAMESPACE_CONTEXT
         if match.namespace_selector is not None:
             labels = ((admission.namespace_object or {}).get("metadata") or {}).get("labels")
             if not match.namespace_selector.matches(labels):
@@ -333,13 +310,13 @@ class _Run:
             return validation.message
         return f"{target.description} violates {rule.name}"
 
-    def _record(self, rule: Rule, target: Target, message: str) -> None:
+    def _record(self, rule: Rule, target: Target, message: str, error: bool = False) -> None:
         action = rule.action
         relaxed = action == Action.DENY and self.mode == Mode.AUDIT
         if relaxed:
             action = Action.AUDIT
         violation = Violation(
-            rule=rule.name, action=action, message=message, target=target.description, relaxed=relaxed
+            rule=rule.name, action=action, message=message, target=target.description, relaxed=relaxed, error=error
         )
         bucket = {
             Action.DENY: self.decision.violations,
@@ -351,9 +328,9 @@ class _Run:
     def _error(self, rule: Rule, target: Target, entry: RuleTrace, message: str) -> None:
         entry.result = "error"
         entry.message = message
-        self.decision.errors.append(f"{rule.name}: {target.description}: {message}")
+        self.decision.errors.append(EvaluationError(rule.name, target.description, message))
         if rule.failure_policy == "Fail":
-            self._record(rule, target, f"rule {rule.name} could not be evaluated: {message}")
+            self._record(rule, target, f"rule {rule.name} could not be evaluated: {message}", error=True)
 
     def _check_limits(self, target: Target) -> None:
         """Before each expression: the request's time budget and the target's size; a RuleError past either."""

@@ -153,12 +153,150 @@ class Target:
 
 
 @dataclass(slots=True)
+class AdmissionInput:
+    """What any door hands the engine: the AdmissionRequest's facts, already parsed.
+
+    The server builds it from the AdmissionReview (admission.ParsedReview.to_input); every
+    offline door (audit, test, explain, export) uses `AdmissionInput.offline`, the one place
+    that says what the apiserver would have sent, so the doors cannot disagree on `request`.
+    """
+
+    object: dict[str, Any] | None
+    old_object: dict[str, Any] | None = None
+    operation: str = "CREATE"
+    namespace: str | None = None
+    namespace_object: dict[str, Any] | None = None  # None: unknown (cache not synced, or offline)
+    request: dict[str, Any] = field(default_factory=dict)  # the CEL `request` variable
+    kind: str | None = None
+    sub_resource: str = ""
+
+    @classmethod
+    def offline(
+        cls,
+        obj: dict[str, Any] | None,
+        *,
+        operation: str = "CREATE",
+        old_object: dict[str, Any] | None = None,
+        namespace: str | None = None,
+        namespace_object: dict[str, Any] | None = None,
+        user_info: Mapping[str, Any] | None = None,
+        dry_run: bool = False,
+    ) -> AdmissionInput:
+        """An admission as the apiserver would send it for `obj`, for doors that have no AdmissionRequest.
+
+        `namespace` defaults to the object's metadata.namespace; `request` carries the same fields
+        as an AdmissionRequest (kind, resource-free; name, namespace, operation, userInfo, dryRun).
+        """
+        subject = obj if obj is not None else old_object
+        if namespace is None:
+            metadata = subject.get("metadata") if isinstance(subject, Mapping) else None
+            found = metadata.get("namespace") if isinstance(metadata, Mapping) else None
+            namespace = found if isinstance(found, str) and found else None
+        request = offline_request(subject, operation, namespace, user_info, dry_run)
+        return cls(
+            object=obj,
+            old_object=old_object,
+            operation=operation,
+            namespace=namespace or None,
+            namespace_object=namespace_object,
+            request=request,
+            kind=request["kind"]["kind"] or None,
+        )
+
+    def __post_init__(self) -> None:
+        if not self.request:  # built directly (tests, library users): the same request as offline()
+            self.request = offline_request(self.subject, self.operation, self.namespace, None, False, self.kind)
+
+    @property
+    def subject(self) -> dict[str, Any] | None:
+        """The object rules look at: the new one, or on DELETE the old one."""
+        return self.object if self.object is not None else self.old_object
+
+
+def offline_request(
+    subject: Mapping[str, Any] | None,
+    operation: str,
+    namespace: str | None,
+    user_info: Mapping[str, Any] | None,
+    dry_run: bool,
+    kind: str | None = None,
+) -> dict[str, Any]:
+    """The CEL `request` an apiserver would send for `subject`: the fields of an AdmissionRequest."""
+    subject = subject if isinstance(subject, Mapping) else {}
+    metadata = subject.get("metadata") if isinstance(subject.get("metadata"), Mapping) else {}
+    group, _, version = str(subject.get("apiVersion", "")).rpartition("/")
+    return {
+        "uid": "",
+        "kind": {"group": group, "version": version, "kind": kind or str(subject.get("kind", ""))},
+        "name": str(metadata.get("name") or ""),
+        "namespace": namespace or "",
+        "operation": operation,
+        "userInfo": dict(user_info or {}),
+        "dryRun": dry_run,
+    }
+
+
+@dataclass(slots=True)
 class Violation:
     rule: str
     action: Action
     message: str
     target: str
     relaxed: bool = False  # a Deny recorded as Audit because the server runs in audit mode
+    error: bool = False  # made by an evaluation error under failurePolicy Fail (or missing context, Deny)
+
+
+@dataclass(frozen=True, slots=True)
+class EvaluationError:
+    """A rule that could not be evaluated on one target, whatever its failurePolicy made of it."""
+
+    rule: str
+    target: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.rule}: {self.target}: {self.message}"
+
+
+class Result(StrEnum):
+    """What one rule made of one object, all targets folded: the one vocabulary of every door."""
+
+    FAIL = "fail"  # a Deny rule's validation failed (the request is denied; in audit mode: would be)
+    ERROR = "error"  # the rule could not be evaluated; `blocks` says whether failurePolicy denied
+    WARN = "warn"
+    AUDIT = "audit"
+    PASS = "pass"  # matched, and validated or mutated without complaint
+    SKIP = "skip"  # did not match, or was not evaluated (`reason` says which)
+
+
+# worst first: how a rule's targets fold into one result, and how objects sort in reports
+SEVERITY: dict[Result, int] = {r: i for i, r in enumerate(Result)}
+NO_NAMESPACE_CONTEXT = "not evaluated: no namespace context"
+
+
+@dataclass(frozen=True, slots=True)
+class RuleOutcome:
+    """One rule on one object: the summary every door reports (audit, test, explain, metrics)."""
+
+    rule: str
+    result: Result
+    messages: tuple[str, ...] = ()
+    patch: tuple[dict[str, Any], ...] = ()  # the operations this rule contributed
+    blocks: bool = False  # this rule makes the request denied (a Deny failure, or an error under Fail)
+    relaxed: bool = False  # a Deny failure turned into Audit by the server's audit mode (would deny)
+    reason: str = ""  # why a skipped rule did not act (NO_NAMESPACE_CONTEXT, the match clause that failed)
+
+    @property
+    def patched(self) -> bool:
+        return bool(self.patch)
+
+    @property
+    def message(self) -> str:
+        return "; ".join(self.messages)
+
+    @property
+    def context_missing(self) -> bool:
+        return self.reason == NO_NAMESPACE_CONTEXT
 
 
 @dataclass(slots=True)
@@ -182,9 +320,73 @@ class Decision:
     audits: list[Violation] = field(default_factory=list)
     patch: list[dict[str, Any]] = field(default_factory=list)
     trace: list[RuleTrace] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)  # evaluation errors, whatever their policy
+    errors: list[EvaluationError] = field(default_factory=list)  # evaluation errors, whatever their policy
     mutated: dict[str, Any] | None = None  # the object after the patch, when there is one
 
     @property
     def denial_message(self) -> str:
         return "; ".join(f"[{v.rule}] {v.message}" for v in self.violations)
+
+    def outcomes(self) -> list[RuleOutcome]:
+        """One outcome per rule the engine considered, in rule order: THE summary of a decision.
+
+        With `trace=True` (offline doors) every candidate rule appears, passes and skips included;
+        without a trace (the server's hot path) only rules that failed, warned, audited or errored.
+        An error is an error: a rule that could not be evaluated is `error` (with `blocks` when its
+        failurePolicy denied), never a failure plus an error.
+        """
+        order: dict[str, None] = {}
+        matched: set[str] = set()
+        reasons: dict[str, str] = {}
+        patches: dict[str, list[dict[str, Any]]] = {}
+        messages: dict[str, list[str]] = {}
+        results: dict[str, Result] = {}
+        blocks: set[str] = set()
+        relaxed: set[str] = set()
+
+        def worsen(rule: str, result: Result, message: str = "") -> None:
+            order.setdefault(rule)
+            if rule not in results or SEVERITY[result] < SEVERITY[results[rule]]:
+                results[rule] = result
+            if message and message not in messages.setdefault(rule, []):
+                messages[rule].append(message)
+
+        for entry in self.trace:
+            order.setdefault(entry.rule)
+            if entry.matched:
+                matched.add(entry.rule)
+                if entry.patch:
+                    patches.setdefault(entry.rule, []).extend(entry.patch)
+            elif entry.reason:
+                reasons.setdefault(entry.rule, entry.reason)
+        for error in self.errors:
+            worsen(error.rule, Result.ERROR, error.message)
+        for bucket in (self.violations, self.warnings, self.audits):
+            for violation in bucket:
+                if violation.action == Action.DENY:
+                    blocks.add(violation.rule)
+                if violation.relaxed:
+                    relaxed.add(violation.rule)
+                if violation.error:
+                    if violation.rule not in results:  # missing context under onMissingContext: Deny
+                        worsen(violation.rule, Result.ERROR, violation.message)
+                    continue
+                worsen(violation.rule, _ACTION_RESULT[violation.action], violation.message)
+        summary = []
+        for rule in order:
+            result = results.get(rule) or (Result.PASS if rule in matched else Result.SKIP)
+            summary.append(
+                RuleOutcome(
+                    rule=rule,
+                    result=result,
+                    messages=tuple(messages.get(rule, ())),
+                    patch=tuple(patches.get(rule, ())),
+                    blocks=rule in blocks,
+                    relaxed=rule in relaxed,
+                    reason=reasons.get(rule, "") if result == Result.SKIP else "",
+                )
+            )
+        return summary
+
+
+_ACTION_RESULT = {Action.DENY: Result.FAIL, Action.WARN: Result.WARN, Action.AUDIT: Result.AUDIT}
