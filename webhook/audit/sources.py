@@ -149,7 +149,7 @@ def _unpack(document: Any, name: str, index: int, notes: Problem) -> Iterator[It
         return
     if kind in ("AdmissionReview", "GPUPolicy", "GPUPolicyTest", "GPUWebhookConfig"):
         hint = " (explain -f reads the object inside it)" if kind == "AdmissionReview" else ""
-        notes(f"{where}: a {kind}, not a workload manifest{hint}: skipped")
+        notes(f"{where}: {kind} is not a workload manifest{hint}: skipped")
         return
     if kind == "List" or (kind.endswith("List") and isinstance(document.get("items"), list)):
         for position, item in enumerate(document.get("items") or []):
