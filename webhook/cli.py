@@ -8,14 +8,51 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from importlib import metadata
 
 from webhook.commands.common import UsageError, fail
 
 COMMANDS = ("serve", "audit", "test", "lint", "explain", "schema", "certs", "manifests")
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows every option's default (none for flags and unset options), as the issue of a new user asks."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        flag = action.nargs == 0  # --color, --no-color: a default of True/False says nothing
+        if flag or "default" in text.lower() or action.default in (None, False, [], argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
+
+
+def version() -> str:
+    try:
+        return metadata.version("gpu-webhook")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
+class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """Every sub-command gets the shared formatter, and its one-line help as its description."""
+
+    def add_parser(self, name: str, **kwargs: object) -> argparse.ArgumentParser:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        if "description" not in kwargs and kwargs.get("help"):
+            text = str(kwargs["help"])
+            kwargs["description"] = text[0].upper() + text[1:] + "."
+        return super().add_parser(name, **kwargs)  # type: ignore[arg-type]
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpu-webhook", description="Admission policy for GPU workloads.")
+    parser = argparse.ArgumentParser(
+        prog="gpu-webhook",
+        description="Admission policy for GPU workloads: serve the webhook, audit manifests or a cluster, "
+        "test, lint and explain rules, render the install manifests.",
+        formatter_class=HelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    parser.register("action", "parsers", _Commands)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         try:

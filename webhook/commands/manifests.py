@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from webhook.certs import CA_FILE, CERT_FILE, KEY_FILE
-from webhook.commands.common import UsageError, default_rules_dir, load_ruleset
+from webhook.commands.common import UsageError, default_manifests_dir, default_rules_dir, load_ruleset
 from webhook.engine import rule_files
 from webhook.engine.schema import TEST_KIND
 from webhook.kustomize import KustomizeError, build, sort_objects
@@ -34,10 +34,6 @@ CONFIGMAP_LIMIT = 1024 * 1024  # the apiserver refuses ConfigMaps over 1 MiB
 LABELS = {"app.kubernetes.io/name": "gpu-webhook"}
 
 
-def default_manifests_dir() -> str:
-    return str(Path(__file__).resolve().parents[2] / "manifests")
-
-
 def register(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("manifests", help="render the install manifests (multi-document YAML)")
     parser.add_argument("--overlay", choices=["audit", "enforce"], default="enforce", help="roll-out step")
@@ -46,7 +42,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--ca", help="directory with ca.crt (and tls.crt/tls.key) from `gpu-webhook certs`")
     parser.add_argument("--no-secret", action="store_true", help="do not emit the TLS Secret")
-    parser.add_argument("--rules", help="rules directory for the ConfigMap (default: the repo's rules/)")
+    parser.add_argument(
+        "--rules", metavar="PATH", help="rules for the ConfigMap (default: $GPU_WEBHOOK_RULES, else the installed pack)"
+    )
     parser.add_argument("--image", help="container image, e.g. registry.example.com/gpu-webhook@sha256:...")
     parser.add_argument("--manifests", default=default_manifests_dir(), help=argparse.SUPPRESS)
     parser.set_defaults(run=run)
