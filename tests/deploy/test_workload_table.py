@@ -101,4 +101,4 @@ def test_the_accelerator_match_condition_knows_every_kind_of_the_table(rendered)
     for kind in KINDS:
         assert sends(build(kind, GPU_SPEC)), f"{kind.kind}: a GPU template is not seen by the matchCondition"
         assert not sends(build(kind, CPU_SPEC)), kind.kind
-    assert WORKLOAD_KINDS == {k.kind for k in KINDS if k.find is not None}
+    assert {k.kind for k in KINDS if k.find is not None} == WORKLOAD_KINDS
