@@ -177,6 +177,8 @@ class Tally:
 
     def failed(self, fail_on: str = "deny") -> bool:
         """Whether the audit should exit 1: anything the apiserver would refuse, or with fail_on=warn a Warn."""
+        if fail_on == "never":
+            return False
         return bool(self.blocked_objects) or (fail_on == "warn" and bool(self.objects_by_worst[Result.WARN]))
 
     def as_dict(self) -> dict[str, Any]:

@@ -64,7 +64,13 @@ def register(commands: Any) -> None:
     )
     parser.add_argument("--summary", action="store_true", help="table: only the summaries, no per-object details")
     parser.add_argument("--apply", action="store_true", help="with -o policyreport: write the reports to the cluster")
-    parser.add_argument("--fail-on", choices=("deny", "warn"), default="deny", help="what makes the exit code 1")
+    parser.add_argument(
+        "--fail-on",
+        choices=("deny", "warn", "never"),
+        default="deny",
+        help="what makes the exit code 1: objects the apiserver would refuse (deny), those or warnings (warn), "
+        "nothing (never: a scheduled report)",
+    )
     parser.set_defaults(run=run)
 
 

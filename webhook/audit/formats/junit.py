@@ -22,7 +22,7 @@ FAIL, ERROR, WARN, AUDIT, SKIP = Result.FAIL, Result.ERROR, Result.WARN, Result.
 class JunitReport:
     def __init__(self, out: TextIO, fail_on: str = "deny") -> None:
         self.out = out
-        self.failing = {FAIL} if fail_on == "deny" else {FAIL, WARN}
+        self.failing = {FAIL, WARN} if fail_on == "warn" else {FAIL}
         self.cases: dict[str, list[tuple[str, str, str]]] = {}  # rule -> (object, result, message)
 
     def add(self, result: ObjectResult) -> None:
