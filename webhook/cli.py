@@ -68,13 +68,40 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        _check_ports(args)
         return int(args.run(args) or 0)
     except UsageError as error:
         return fail(str(error))
+    except OSError as error:  # a port in use, an unknown host, a path that is a file: the user's to fix
+        return fail(describe(error))
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `gpu-webhook audit ... | head`
         return 0
+
+
+def _check_ports(args: argparse.Namespace) -> None:
+    for name in ("port", "metrics_port"):
+        port = getattr(args, name, None)
+        if port is not None and not 0 <= port <= 65535:
+            raise UsageError(f"--{name.replace('_', '-')} {port}: a port is a number from 0 to 65535")
+
+
+def describe(error: OSError) -> str:
+    """An operating-system error as one line a user can act on (no traceback)."""
+    import errno
+    import socket
+
+    if isinstance(error, socket.gaierror):
+        return f"cannot resolve the address to listen on: {error.strerror or error}"
+    if error.errno == errno.EADDRINUSE:
+        return f"{error.strerror or error}: is another server (or gpu-webhook) already listening there?"
+    if error.errno == errno.EADDRNOTAVAIL:
+        return f"{error.strerror or error}: the address is not one of this machine's"
+    where = f"{error.filename}: " if error.filename else ""
+    if isinstance(error, FileExistsError | NotADirectoryError):
+        return f"{where}exists and is not a directory"
+    return f"{where}{error.strerror or error}"
 
 
 if __name__ == "__main__":
