@@ -31,7 +31,7 @@ class Resource:
     kind: str
 
 
-# Every kind the rules look at, from the one table of workload kinds (DESIGN §4).
+# Every kind the rules look at, from the one table of workload kinds (webhook/engine/workloads.py).
 RESOURCES: tuple[Resource, ...] = tuple(Resource(k.group, k.versions, k.plural, k.kind) for k in KINDS)
 
 

@@ -1,4 +1,4 @@
-"""Where pod templates live in each workload kind (DESIGN §4), and what to call them in messages."""
+"""Where pod templates live in each workload kind, and what to call them in messages: the one table of kinds."""
 
 from __future__ import annotations
 
