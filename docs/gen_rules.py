@@ -195,7 +195,7 @@ def _outcome(rule_file: Path, scenario: Scenario) -> list[str]:
     ns = scenario.namespace or _namespace(obj["metadata"].get("namespace", "default"))
     decision = evaluate(
         ruleset,
-        AdmissionInput(object=copy.deepcopy(obj), namespace=obj["metadata"].get("namespace"), namespace_object=ns),
+        AdmissionInput.offline(copy.deepcopy(obj), namespace_object=ns),
     )
     out = [f"Input: {scenario.describe}.", ""]
     if decision.errors:
