@@ -72,12 +72,12 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.run(args) or 0)
     except UsageError as error:
         return fail(str(error))
+    except BrokenPipeError:  # `gpu-webhook audit ... | head` (an OSError: before the next clause)
+        return 0
     except OSError as error:  # a port in use, an unknown host, a path that is a file: the user's to fix
         return fail(describe(error))
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # `gpu-webhook audit ... | head`
-        return 0
 
 
 def _check_ports(args: argparse.Namespace) -> None:

@@ -129,3 +129,15 @@ def test_gen_rules_outside_the_venv_says_what_to_do(tmp_path):
     )
     assert "Traceback" not in result.stderr, result.stderr
     assert result.returncode == 2 and ".venv/bin/python docs/gen_rules.py" in result.stderr
+
+
+def test_a_closed_pipe_is_not_an_error():
+    """`gpu-webhook audit ... | head`: the reader leaving early is not worth a message."""
+    result = subprocess.run(
+        ["bash", "-c", f"cat examples/*.yaml | {sys.executable} -m webhook.cli audit - -o table | head -1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.stdout.startswith("CronJob ") and result.stderr == "", result.stderr
