@@ -141,3 +141,17 @@ def test_a_closed_pipe_is_not_an_error():
         check=False,
     )
     assert result.stdout.startswith("CronJob ") and result.stderr == "", result.stderr
+
+
+def test_explain_names_what_it_was_given_instead_of_an_object(cli, tmp_path):
+    review = REPO / "examples" / "reviews" / "create-gpu-pod.json"
+    code, _, err = cli("explain", "-f", str(review))
+    assert code == 2 and "an AdmissionReview; explain reads the object" in err
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("just text\n")
+    code, _, err = cli("explain", "-f", str(scalar))
+    assert code == 2 and "every document must be a Kubernetes object" in err
+    two = tmp_path / "two.yaml"
+    two.write_text(POD + "---\n" + POD)
+    code, _, err = cli("explain", "-f", str(two))
+    assert code == 2 and "expected one object (and optionally its Namespace), found 2" in err
