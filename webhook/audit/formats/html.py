@@ -33,7 +33,7 @@ table{border-collapse:collapse;background:#fff;width:100%;box-shadow:0 1px 3px #
 th,td{padding:.4rem .6rem;border-bottom:1px solid #e4e6ea;text-align:left;vertical-align:top}
 th{background:#eef0f4;cursor:pointer;user-select:none;white-space:nowrap}th:after{content:' \\2195';color:#99a}
 td.n{text-align:right}td.k{white-space:nowrap}.r-fail{color:#d64545;font-weight:600}.r-warn{color:#c07d12;font-weight:600}
-.r-audit{color:#3a6fd8}.r-error{color:#8e6bbf}
+.r-audit{color:#3a6fd8}.r-error{color:#8e6bbf}.r-skip{color:#667}
 """
 
 # Sort on header click; numeric when both cells are numbers. Few lines on purpose: no library.
