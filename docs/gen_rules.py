@@ -1,7 +1,7 @@
 """Generate docs/rules.md from rules/ and examples/: every example message and patch comes from the engine.
 
-python docs/gen_rules.py            # rewrite docs/rules.md
-python docs/gen_rules.py --check    # exit 1 if docs/rules.md is stale (tests run this)
+.venv/bin/python docs/gen_rules.py            # rewrite docs/rules.md
+.venv/bin/python docs/gen_rules.py --check    # exit 1 if docs/rules.md is stale (tests run this)
 """
 
 from __future__ import annotations
@@ -15,11 +15,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from webhook.engine import AdmissionInput, evaluate, load_rules
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the checkout's webhook package, wherever this is run from
+try:
+    import yaml
+
+    from webhook.engine import AdmissionInput, evaluate, load_rules
+except ImportError as error:  # a Python without the project's dependencies: say which one to use
+    print(
+        f"gen_rules.py: {error}. Run it with the project's environment:\n"
+        f"  cd {ROOT} && python3 -m venv .venv && .venv/bin/pip install -e '.[test]'\n"
+        "  .venv/bin/python docs/gen_rules.py",
+        file=sys.stderr,
+    )
+    sys.exit(2)
+
 RULES = ROOT / "rules"
 EXAMPLES = ROOT / "examples"
 OUTPUT = ROOT / "docs" / "rules.md"
@@ -185,7 +195,7 @@ def _outcome(rule_file: Path, scenario: Scenario) -> list[str]:
     ns = scenario.namespace or _namespace(obj["metadata"].get("namespace", "default"))
     decision = evaluate(
         ruleset,
-        AdmissionInput(object=copy.deepcopy(obj), namespace=obj["metadata"].get("namespace"), namespace_object=ns),
+        AdmissionInput.offline(copy.deepcopy(obj), namespace_object=ns),
     )
     out = [f"Input: {scenario.describe}.", ""]
     if decision.errors:
