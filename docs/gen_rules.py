@@ -127,6 +127,11 @@ SCENARIOS: dict[str, Scenario] = {
         lambda: _pod("nccl-test", GPU, hostIPC=True),
         _namespace("team-a", TENANT),
     ),
+    "no-node-name-in-tenants": Scenario(
+        "a tenant CPU pod pinned to a GPU node with spec.nodeName",
+        lambda: _pod("pinned", nodeName="gpu-node-7"),
+        _namespace("team-a", TENANT),
+    ),
     "no-privileged-in-tenants": Scenario(
         "a privileged container in a tenant namespace",
         lambda: {**_pod("debug"), "spec": {"containers": [{"name": "shell", "securityContext": {"privileged": True}}]}},
