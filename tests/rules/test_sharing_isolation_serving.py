@@ -137,17 +137,19 @@ class TestIsolation:
             "/",
             "/run/nvidia/driver",
             "/usr/local/nvidia/lib64",
+            "/proc",  # contains /proc/driver/nvidia
+            "/var/lib/kubelet/pod-resources/kubelet.sock",
         ):
             pod = gpu_pod(name="p", volumes=[{"name": "h", "hostPath": {"path": path}}])
             decision = run(rules, pod, TENANT)
             assert decision.denial_message == (
-                f"[no-gpu-device-hostpath] pod p: volume h mounts host path {path}, which exposes GPU devices or "
-                "the driver; request GPUs through resources.limits"
+                f"[no-gpu-device-hostpath] pod p: volume h mounts host path {path}, which exposes GPU devices, the "
+                "driver or the kubelet's device sockets; request GPUs through resources.limits"
             ), path
 
     def test_other_host_paths_pass(self, rule_pack):
         rules = rule_pack("no-gpu-device-hostpath")
-        for path in ("/data", "/devices", "/var/lib/docker/containers", "/proc"):
+        for path in ("/data", "/devices", "/var/lib/docker/containers", "/var/log/pods", "/etc/ssl/certs"):
             assert run(rules, gpu_pod(volumes=[{"name": "h", "hostPath": {"path": path}}]), TENANT).allowed, path
 
     def test_host_ipc_on_gpu_pod_in_tenant_namespace_is_denied(self, rule_pack):
