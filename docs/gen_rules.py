@@ -82,8 +82,9 @@ def _labelled_pod() -> dict[str, Any]:
 
 SCENARIOS: dict[str, Scenario] = {
     "cpu-pods-off-gpu-nodes": Scenario(
-        "a CPU-only pod that tolerates the GPU taint",
+        "a CPU-only pod in a tenant namespace that tolerates the GPU taint",
         lambda: _pod("etl", {"requests": {"cpu": "2"}}, tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}]),
+        _namespace("team-a", TENANT),
     ),
     "gpu-container-resources": Scenario("examples/job-finetune.yaml", lambda: _example("job-finetune.yaml")),
     "gpu-cost-labels": Scenario(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.rules.rulekit import example, gpu_pod, run
+from tests.rules.rulekit import example, gpu_pod, namespace, run
 
 
 class TestRequestsEqualLimits:
@@ -84,10 +84,13 @@ class TestNodeAffinity:
         assert decision.patch[0]["value"] == {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}
 
 
+TENANT_NS = namespace("team-a", labels={"gpu-webhook.io/tenant": "true"})
+
+
 class TestCpuPodsOffGpuNodes:
     def test_cpu_pod_tolerating_the_gpu_taint_is_denied(self, rule_pack):
         pod = gpu_pod(name="etl", gpus=None, tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}])
-        decision = run(rule_pack("cpu-pods-off-gpu-nodes"), pod)
+        decision = run(rule_pack("cpu-pods-off-gpu-nodes"), pod, TENANT_NS)
         assert decision.denial_message == (
             "[cpu-pods-off-gpu-nodes] pod etl requests no GPU but tolerates the GPU taint nvidia.com/gpu; "
             "remove the toleration or request a GPU"
@@ -95,11 +98,11 @@ class TestCpuPodsOffGpuNodes:
 
     def test_cpu_pod_selecting_gpu_nodes_is_denied(self, rule_pack):
         pod = gpu_pod(gpus=None, nodeSelector={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"})
-        assert not run(rule_pack("cpu-pods-off-gpu-nodes"), pod).allowed
+        assert not run(rule_pack("cpu-pods-off-gpu-nodes"), pod, TENANT_NS).allowed
 
     def test_gpu_pod_may_tolerate(self, rule_pack):
         pod = gpu_pod(tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}])
-        assert run(rule_pack("cpu-pods-off-gpu-nodes"), pod).allowed
+        assert run(rule_pack("cpu-pods-off-gpu-nodes"), pod, TENANT_NS).allowed
 
     def _agent(self, name: str, ns: str) -> dict:
         return {
@@ -109,24 +112,24 @@ class TestCpuPodsOffGpuNodes:
             "spec": {
                 "template": {
                     "spec": {
-                        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
-                        "containers": [{"name": "exporter", "image": "nvcr.io/nvidia/k8s/dcgm-exporter"}],
+                        "tolerations": [{"operator": "Exists"}],
+                        "containers": [{"name": "agent", "image": "quay.io/prometheus/node-exporter:v1.8.2"}],
                     }
                 }
             },
         }
 
-    def test_allow_listed_node_agent_daemonset_and_its_pods_pass(self, rule_pack):
+    def test_node_agents_in_platform_namespaces_pass(self, rule_pack):
         rules = rule_pack("cpu-pods-off-gpu-nodes")
-        assert run(rules, self._agent("dcgm-exporter", "monitoring")).allowed
-        pod = gpu_pod(ns="monitoring", gpus=None, tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}])
-        pod["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": "dcgm-exporter", "controller": True}]
-        assert run(rules, pod).allowed
+        for agent in ("prometheus-node-exporter", "fluent-bit", "ebs-csi-node"):
+            assert run(rules, self._agent(agent, "monitoring"), namespace("monitoring")).allowed
+        pod = gpu_pod(ns="monitoring", gpus=None, tolerations=[{"operator": "Exists"}])
+        pod["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": "anything", "controller": True}]
+        assert run(rules, pod, namespace("monitoring")).allowed
 
-    def test_other_daemonsets_are_denied(self, rule_pack):
+    def test_tenant_daemonsets_are_denied_whatever_their_name(self, rule_pack):
         rules = rule_pack("cpu-pods-off-gpu-nodes")
-        assert not run(rules, self._agent("log-shipper", "monitoring")).allowed
-        assert not run(rules, self._agent("dcgm-exporter", "team-a")).allowed  # right name, wrong namespace
+        assert not run(rules, self._agent("dcgm-exporter", "team-a"), TENANT_NS).allowed
 
 
 class TestVisibleDevices:
