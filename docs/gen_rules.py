@@ -123,6 +123,18 @@ SCENARIOS: dict[str, Scenario] = {
         lambda: _example("cronjob-nightly-eval.yaml"),
         _namespace("ml-research", annotations={"gpu-webhook.io/allowed-mig-profiles": "2g.20gb"}),
     ),
+    "no-device-env-in-tenants": Scenario(
+        "a tenant GPU container that sets NVIDIA_VISIBLE_DEVICES=all itself",
+        lambda: {
+            **_pod("greedy", GPU),
+            "spec": {
+                "containers": [
+                    {**_pod("greedy", GPU)["spec"]["containers"][0], "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}
+                ]
+            },
+        },
+        _namespace("team-a", TENANT),
+    ),
     "no-gpu-device-hostpath": Scenario(
         "a tenant pod mounting /dev/nvidia0 from the host",
         lambda: _pod("probe", GPU, volumes=[{"name": "gpu0", "hostPath": {"path": "/dev/nvidia0"}}]),
@@ -164,8 +176,18 @@ SCENARIOS: dict[str, Scenario] = {
         "examples/deployment-vllm-serving.yaml",
         lambda: _example("deployment-vllm-serving.yaml"),
     ),
+    "runtime-class-allowed": Scenario(
+        "a tenant CPU pod with runtimeClassName: nvidia",
+        lambda: _pod("sneak", runtimeClassName="nvidia"),
+        _namespace("team-a", TENANT),
+    ),
     "serving-readiness-probe": Scenario(
         "examples/deployment-vllm-serving.yaml", lambda: _example("deployment-vllm-serving.yaml")
+    ),
+    "visible-devices-void": Scenario(
+        "a tenant CPU pod (its image or an envFrom ConfigMap may say NVIDIA_VISIBLE_DEVICES=all)",
+        lambda: _pod("etl", {"requests": {"cpu": "2"}}),
+        _namespace("team-a", TENANT),
     ),
     "spot-training-checkpoint": Scenario("examples/pytorchjob-llama2.yaml", lambda: _example("pytorchjob-llama2.yaml")),
 }

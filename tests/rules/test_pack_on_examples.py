@@ -47,11 +47,15 @@ CPU_ONLY_TEMPLATES = {
 
 @pytest.mark.parametrize(("manifest", "cpu_only"), sorted(CPU_ONLY_TEMPLATES.items()))
 def test_patch_never_touches_a_cpu_only_template(pack, manifest, cpu_only):
-    """Ray heads, TFJob parameter servers, MPI launchers and JobSet drivers request no GPU: left alone."""
+    """Ray heads, TFJob parameter servers, MPI launchers and JobSet drivers request no GPU: no GPU patch
+    touches them; in a tenant namespace they only get NVIDIA_VISIBLE_DEVICES=void (visible-devices-void)."""
     original = example(manifest)
     decision = run(pack, copy.deepcopy(original), namespace(original["metadata"]["namespace"], **CONTEXT))
     assert decision.patch
-    assert not [op for op in decision.patch if op["path"].startswith(cpu_only)]
+    touched = [op for op in decision.patch if op["path"].startswith(cpu_only)]
+    void = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
+    assert all(op["path"].endswith(("/env", "/env/-")) for op in touched), touched
+    assert all(op["value"] in (void, [void]) for op in touched), touched
 
 
 def test_pod_of_a_patched_deployment_needs_no_further_patch(pack):
