@@ -107,7 +107,17 @@ SCENARIOS: dict[str, Scenario] = {
         "examples/replicaset-embedder.yaml", lambda: _example("replicaset-embedder.yaml")
     ),
     "gpu-toleration": Scenario("examples/rayjob-batch-inference.yaml", lambda: _example("rayjob-batch-inference.yaml")),
-    "kueue-priority-class": Scenario("examples/mpijob-horovod.yaml", lambda: _example("mpijob-horovod.yaml")),
+    "kueue-priority-class": Scenario(
+        "examples/mpijob-horovod.yaml",
+        lambda: _example("mpijob-horovod.yaml"),
+        _namespace("ml-research"),
+    ),
+    "kueue-priority-class-allowed": Scenario(
+        "a tenant Job labelled kueue.x-k8s.io/priority-class: platform-critical",
+        lambda: _with("job-finetune.yaml", lambda o: o["metadata"].setdefault("labels", {}).update(
+            {"kueue.x-k8s.io/priority-class": "platform-critical"}))(),
+        _namespace("ml-research", TENANT),
+    ),
     "kueue-queue-name": Scenario(
         "examples/job-finetune.yaml in a namespace annotated gpu-webhook.io/queue: research",
         lambda: _example("job-finetune.yaml"),

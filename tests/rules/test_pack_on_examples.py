@@ -62,7 +62,13 @@ def test_pod_of_a_patched_deployment_needs_no_further_patch(pack):
     """The pod a ReplicaSet makes from the patched template, as the apiserver sends it, is already compliant."""
     ns = namespace("ml-serving", **CONTEXT)
     deployment = example("deployment-vllm-serving.yaml")
-    template = run(pack, copy.deepcopy(deployment), ns).mutated["spec"]["template"]
+    mutated = run(pack, copy.deepcopy(deployment), ns).mutated
+    template = mutated["spec"]["template"]
+    # Kueue's Deployment webhook copies the Deployment's queue label into the pod template
+    # (kueue site docs, tasks/run/deployment.md); the ReplicaSet's pods carry it.
+    template["metadata"].setdefault("labels", {})["kueue.x-k8s.io/queue-name"] = mutated["metadata"]["labels"][
+        "kueue.x-k8s.io/queue-name"
+    ]
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",

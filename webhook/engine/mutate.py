@@ -434,8 +434,12 @@ class SetQueueName:
         queue = self.value if self.expression is None else ctx.evaluate(self.expression)
         if queue is None or queue == "":
             return
-        if not isinstance(queue, str) or not _DNS_SUBDOMAIN.match(queue) or len(queue) > 253:
+        # A LocalQueue name is a DNS-1123 subdomain (up to 253 characters), but the label that names
+        # it holds at most 63 (a label value): a longer name cannot be written at all.
+        if not isinstance(queue, str) or not _DNS_SUBDOMAIN.match(queue):
             raise MutationError(f"queue name {queue!r} is not a DNS-1123 subdomain")
+        if len(queue) > 63:
+            raise MutationError(f"queue name {queue!r} is not a valid label value: {len(queue)} characters, at most 63")
         ctx.patcher.set((*ctx.target.metadata, "labels", QUEUE_LABEL), queue)
         root = ctx.patcher.get(ctx.target.root)
         if (
