@@ -10,20 +10,21 @@ TENANT = namespace("team-a", labels={"gpu-webhook.io/tenant": "true"})
 
 
 class TestCostLabels:
-    def test_namespace_labels_and_metrics_annotation_are_added(self, rule_pack):
+    def test_namespace_labels_are_added_as_labels_only(self, rule_pack):
         ns = namespace("team-a", labels={"team": "llm", "cost-center": "cc-4711", "other": "x"})
         decision = run(rule_pack("gpu-cost-labels"), gpu_pod(), ns)
         assert decision.patch == [
             {"op": "add", "path": "/metadata/labels", "value": {"team": "llm"}},
             {"op": "add", "path": "/metadata/labels/cost-center", "value": "cc-4711"},
-            {"op": "add", "path": "/metadata/annotations", "value": {"gpu-webhook.io/gpu-metrics": "dcgm"}},
         ]
 
-    def test_pod_values_win_and_missing_namespace_labels_are_skipped(self, rule_pack):
+    def test_namespace_values_win_and_missing_ones_are_unattributed(self, rule_pack):
         pod = gpu_pod()
-        pod["metadata"]["labels"] = {"team": "own"}
+        pod["metadata"]["labels"] = {"team": "own", "cost-center": "cc-0001"}
         decision = run(rule_pack("gpu-cost-labels"), pod, namespace("team-a", labels={"team": "llm"}))
-        assert [op["path"] for op in decision.patch] == ["/metadata/annotations"]
+        assert decision.mutated["metadata"]["labels"] == {"team": "llm", "cost-center": "unattributed"}
+        again = run(rule_pack("gpu-cost-labels"), decision.mutated, namespace("team-a", labels={"team": "llm"}))
+        assert again.patch == []
 
     def test_templates_get_the_labels(self, rule_pack):
         decision = run(
