@@ -128,6 +128,11 @@ SCENARIOS: dict[str, Scenario] = {
         lambda: _example("tfjob-resnet.yaml"),
         _namespace("ml-research", {"gpu-webhook.io/queue-required": "true"}),
     ),
+    "mig-single-strategy-placement": Scenario(
+        "a pod requesting nvidia.com/gpu in a namespace annotated gpu-webhook.io/allowed-mig-profiles: 1g.10gb",
+        lambda: _pod("notebook", GPU),
+        _namespace("notebooks", annotations={"gpu-webhook.io/allowed-mig-profiles": "1g.10gb"}),
+    ),
     "mig-profiles": Scenario(
         "examples/cronjob-nightly-eval.yaml (mig-1g.10gb) in a namespace that allows only 2g.20gb",
         lambda: _example("cronjob-nightly-eval.yaml"),
@@ -185,6 +190,11 @@ SCENARIOS: dict[str, Scenario] = {
     "priority-class-by-workload": Scenario(
         "examples/deployment-vllm-serving.yaml",
         lambda: _example("deployment-vllm-serving.yaml"),
+    ),
+    "production-gpu-placement": Scenario(
+        "a pod requesting nvidia.com/gpu in a namespace labelled environment=production",
+        lambda: _pod("chatbot", GPU),
+        _namespace("team-a", {"environment": "production"}),
     ),
     "runtime-class-allowed": Scenario(
         "a tenant CPU pod with runtimeClassName: nvidia",
