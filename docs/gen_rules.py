@@ -93,6 +93,14 @@ SCENARIOS: dict[str, Scenario] = {
         lambda: _example("deployment-vllm-serving.yaml"),
         _namespace("ml-serving", {"team": "llm", "cost-center": "cc-4711"}),
     ),
+    "gpu-envfrom-device-variables": Scenario(
+        "a tenant GPU container with envFrom: [{configMapRef: {name: settings}}]",
+        lambda: {
+            **_pod("train", GPU),
+            "spec": {"containers": [{**_pod("train", GPU)["spec"]["containers"][0], "envFrom": [{"configMapRef": {"name": "settings"}}]}]},
+        },
+        _namespace("team-a", TENANT),
+    ),
     "gpu-node-affinity": Scenario(
         "examples/pod-notebook.yaml",
         lambda: _example("pod-notebook.yaml"),
