@@ -5,6 +5,10 @@ from __future__ import annotations
 import copy
 
 from tests.rules.rulekit import example, gpu_pod, namespace, run
+from webhook.engine.model import Target
+from webhook.engine.mutate import MutationContext
+from webhook.engine.patch import Patcher
+from webhook.engine.resources import DEFAULT
 
 TENANT = namespace("team-a", labels={"gpu-webhook.io/tenant": "true"})
 
@@ -199,3 +203,39 @@ class TestSpotCheckpoint:
         assert run(rule_pack("spot-training-checkpoint"), obj).warnings == []
         worker["nodeSelector"] = {"eks.amazonaws.com/capacityType": "SPOT"}
         assert len(run(rule_pack("spot-training-checkpoint"), obj).warnings) == 1
+
+
+class TestVisibleDevicesVoidOnEphemeralContainers:
+    """kubectl debug adds an ephemeral container through pods/ephemeralcontainers (an UPDATE).
+
+    The engine hands the subresource to the mutation; these tests drive the rule's own addEnv
+    mutation with that context, as evaluate does once it passes `sub_resource` on.
+    """
+
+    def _apply(self, rule_pack, pod: dict, operation: str, sub_resource: str) -> list[dict]:
+        (rule,) = rule_pack("visible-devices-void").rules
+        patcher = Patcher(copy.deepcopy(pod))
+        target = Target(description="pod p", root=(), pod_specs=(("spec",),), is_pod=True)
+        context = MutationContext(patcher, target, operation, lambda e: None, DEFAULT, sub_resource=sub_resource)
+        for mutation in rule.mutations:
+            mutation.apply(context)
+        return patcher.operations
+
+    def _running_pod(self) -> dict:
+        pod = gpu_pod(name="p")
+        pod["spec"]["containers"].append({"name": "side", "image": "busybox"})  # created before the webhook
+        pod["spec"]["ephemeralContainers"] = [{"name": "debugger", "image": "nvidia/cuda:12.4.0-base-ubuntu22.04"}]
+        return pod
+
+    def test_the_debug_container_gets_void(self, rule_pack):
+        ops = self._apply(rule_pack, self._running_pod(), "UPDATE", "ephemeralcontainers")
+        assert ops == [
+            {
+                "op": "add",
+                "path": "/spec/ephemeralContainers/0/env",
+                "value": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
+            }
+        ]
+
+    def test_a_plain_update_changes_no_container(self, rule_pack):
+        assert self._apply(rule_pack, self._running_pod(), "UPDATE", "") == []

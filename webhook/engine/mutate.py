@@ -34,6 +34,8 @@ class MutationContext:
     operation: str
     evaluate: Callable[[CompiledExpression], Any]
     accelerators: Accelerators
+    # the request's subresource: "ephemeralcontainers" when kubectl debug adds a container
+    sub_resource: str = ""
 
 
 class Mutation(Protocol):
@@ -364,11 +366,25 @@ class AddEnv:
 
     def apply(self, ctx: MutationContext) -> None:
         for spec_path in ctx.target.pod_specs:
-            for field in ("initContainers", "containers"):
+            for field in self._fields(ctx):
                 containers = ctx.patcher.get((*spec_path, field))
                 for index, container in enumerate(containers if isinstance(containers, list) else []):
                     if isinstance(container, Mapping) and self._selects(ctx, container):
                         self._add(ctx, (*spec_path, field, index, "env"), container.get("env"))
+
+    @staticmethod
+    def _fields(ctx: MutationContext) -> tuple[str, ...]:
+        """Which container lists may change in this request.
+
+        A Pod's containers and init containers are immutable after CREATE, and on a template an
+        env change at UPDATE would roll the workload out: only at CREATE. The ephemeralcontainers
+        subresource (kubectl debug) is the only way containers join a running Pod, and the
+        apiserver keeps only spec.ephemeralContainers of what is written there; ephemeral
+        containers are never changed otherwise (a plain Pod UPDATE may not touch them).
+        """
+        if ctx.sub_resource == "ephemeralcontainers":
+            return ("ephemeralContainers",) if ctx.target.is_pod else ()
+        return ("initContainers", "containers") if ctx.operation == "CREATE" else ()
 
     def _selects(self, ctx: MutationContext, container: Mapping[str, Any]) -> bool:
         if self.containers == "all":
