@@ -11,7 +11,7 @@ import sys
 
 from webhook.commands.common import UsageError, fail
 
-COMMANDS = ("serve", "audit", "test", "lint", "explain", "schema", "certs", "manifests")
+COMMANDS = ("serve", "audit", "test", "lint", "explain", "schema", "certs", "manifests", "export")
 
 
 def build_parser() -> argparse.ArgumentParser:
