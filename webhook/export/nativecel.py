@@ -143,7 +143,7 @@ class Translator:
         if re.search(r"(?<![\w.])cel\s*\.\s*bind\s*\(", _blank_strings(text)):
             raise NotNative("uses cel.bind, which the apiserver's CEL does not provide (no bindings extension)")
         shadowed = {m.group(1) for m in _COMPREHENSION_VARIABLE.finditer(_blank_strings(text))}
-        clash = shadowed & {*TARGET_FIELDS, "params", "variables", LOOP, "gwR", "gwC"}
+        clash = {n for n in shadowed if n in TARGET_FIELDS or n in ("params", "variables") or n.startswith("gw")}
         if clash:
             raise NotNative(f"a comprehension variable is named {', '.join(sorted(clash))}")
         try:

@@ -24,6 +24,7 @@ from webhook.engine.resources import Accelerators
 from webhook.engine.workloads import WORKLOADS
 
 from .celenv import CompileError, NativeEnvironment
+from .cost import PER_CALL_LIMIT, POLICY_BUDGET, estimate
 from .mutations import needs_pod_spec_paths, patches
 from .nativecel import LOOP, NotNative, Translator, native_literal, references, string_literal
 from .targets import MULTI_TEMPLATE, KindTarget, api_of, targets_expression
@@ -99,6 +100,15 @@ def match_constraints(rule: Rule, kinds: list[KindTarget]) -> dict[str, Any]:
     return constraints
 
 
+COST_ANNOTATION = "gpu-webhook.io/estimated-cel-cost"
+
+
+def _with_cost(metadata: dict[str, Any], cost: int) -> dict[str, Any]:
+    """The policy's metadata with its static cost estimate (cost.py) for the operator to see."""
+    annotations = {**metadata.get("annotations", {}), COST_ANNOTATION: str(cost)}
+    return {**metadata, "annotations": annotations}
+
+
 def _selector(selector: LabelSelector | None) -> dict[str, Any]:
     if selector is None:
         return {}
@@ -138,13 +148,9 @@ class RuleExporter:
         native = NativeRule(rule=rule.name, action=str(rule.action))
         name = policy_name(rule.name)
         constraints = match_constraints(rule, kinds)
-        metadata = {
-            "name": name,
-            "labels": {**LABELS, RULE_LABEL: rule.name},
-            "annotations": {"gpu-webhook.io/description": rule.description} if rule.description else {},
-        }
-        if not metadata["annotations"]:
-            del metadata["annotations"]
+        metadata: dict[str, Any] = {"name": name, "labels": {**LABELS, RULE_LABEL: rule.name}}
+        if rule.description:
+            metadata["annotations"] = {"gpu-webhook.io/description": rule.description}
         if rule.mutations:
             native.mutating = self._mutating(rule, kinds, match, constraints, metadata)
             version = self.release.map_version()
@@ -216,15 +222,19 @@ class RuleExporter:
             ok = f"(type({value}) == bool ? ({value}) : size({value}) == 0)"
             single = f"(type({value}) == bool ? {on_false} : ({value}).join('; '))"
         guard = f"({match}) ? {ok} : true" if match else ok
-        failing = f"({match}) && !({ok})" if match else f"!({ok})"
         entry: dict[str, Any] = {"expression": f"variables.targets.all({LOOP}, {guard})", "reason": "Forbidden"}
-        if single is not None:
+        if single is not None and result.startswith("LIST"):
+            # each target's messages computed once: the matching targets' lists, the empty ones dropped
+            matching = f"variables.targets.filter({LOOP}, {match})" if match else "variables.targets"
+            entry["messageExpression"] = f"{matching}.map({LOOP}, {single}).filter(gwM, gwM != '').join('; ')"
+        elif single is not None:
+            failing = f"({match}) && !({ok})" if match else f"!({ok})"
             entry["messageExpression"] = f"variables.targets.filter({LOOP}, {failing}).map({LOOP}, {single}).join('; ')"
         if message is not None:
             entry["message"] = message
         expressions = [entry["expression"], entry.get("messageExpression", "")]
         variables = self._variables(rule, expressions, kinds, with_paths=False)
-        self._check([v["expression"] for v in variables] + [e for e in expressions if e])
+        cost = self._check([v["expression"] for v in variables] + [e for e in expressions if e])
         spec: dict[str, Any] = {
             "failurePolicy": rule.failure_policy,
             "matchConstraints": constraints,
@@ -234,7 +244,7 @@ class RuleExporter:
         return {
             "apiVersion": f"{GROUP}/{self.release.vap_version()}",
             "kind": "ValidatingAdmissionPolicy",
-            "metadata": metadata,
+            "metadata": _with_cost(metadata, cost),
             "spec": spec,
         }
 
@@ -253,11 +263,11 @@ class RuleExporter:
         variables = []
         if any("variables.params" in e for e in expressions):
             variables.append({"name": "params", "expression": native_literal(dict(rule.params))})
-        self._check([v["expression"] for v in variables] + expressions)
+        cost = self._check([v["expression"] for v in variables] + expressions)
         return {
             "apiVersion": f"{GROUP}/{self.release.map_version()}",
             "kind": "MutatingAdmissionPolicy",
-            "metadata": metadata,
+            "metadata": _with_cost(metadata, cost),
             "spec": {
                 "failurePolicy": rule.failure_policy,
                 "matchConstraints": constraints,
@@ -267,9 +277,21 @@ class RuleExporter:
             },
         }
 
-    def _check(self, expressions: list[str]) -> None:
+    def _check(self, expressions: list[str]) -> int:
+        """Compile every expression as the apiserver would and bound its cost; the policy's estimated cost."""
         for expression in expressions:
             try:
                 self.env.compile(expression)
             except CompileError as error:
                 raise NotNative(f"the generated CEL does not compile in the apiserver's environment: {error}") from None
+        costs = [estimate(e) for e in expressions]
+        if max(costs) > PER_CALL_LIMIT:
+            raise NotNative(
+                f"an expression's estimated cost {max(costs):,} is over the apiserver's per-expression limit "
+                f"{PER_CALL_LIMIT:,}"
+            )
+        if sum(costs) > POLICY_BUDGET:
+            raise NotNative(
+                f"estimated cost {sum(costs):,} is over the apiserver's per-policy budget {POLICY_BUDGET:,}"
+            )
+        return sum(costs)
