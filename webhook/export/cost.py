@@ -17,6 +17,7 @@ collection limit does).
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from .nativecel import _blank_strings
 
@@ -59,6 +60,7 @@ def estimate(expression: str) -> int:
     return _cost(_blank_strings(expression))
 
 
+@lru_cache(maxsize=4096)  # generated expressions repeat their pieces (targets, accelerator tests)
 def _cost(text: str) -> int:
     text = _unwrap(text.strip())
     ternary = _split_ternary(text)
@@ -73,9 +75,10 @@ def _cost(text: str) -> int:
         if char in "([{":
             close = _closing(text, index)
             inner = text[index + 1 : close]
-            call = _CALL_BEFORE.search(text[:index]) if char == "(" else None
+            window = max(0, index - 32)
+            call = _CALL_BEFORE.search(text[window:index]) if char == "(" else None
             if call is not None:
-                size = _size(text[: call.start()])
+                size = _size(text[: window + call.start()])
                 if call.group(1) in _LOOPS:
                     body = inner.split(",", 1)[1] if "," in inner else inner
                     total += size * (1 + _cost(body))
@@ -110,6 +113,8 @@ def _split_top(text: str, separator: str) -> list[str]:
 
 def _split_ternary(text: str) -> tuple[str, str, str] | None:
     """`c ? a : b` at the top level (a nested ternary sits in `b`), or None."""
+    if "?" not in text:
+        return None
     depth = 0
     question = None
     pending = 0

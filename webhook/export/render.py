@@ -23,7 +23,7 @@ def render(result: Export) -> str:
         + (f", MutatingAdmissionPolicy {result.release.map_version()}" if result.release.map_version() else ""),
         f"# Exported: {', '.join(result.exported) or 'none'}",
     ]
-    header += [f"# Not exported (the webhook keeps them): {refusal}" for refusal in result.refused]
+    header += [f"# Kept by the webhook: {refusal.rule}: {refusal.reason}" for refusal in result.refused]
     body = yaml.dump_all(
         result.objects, Dumper=_NoAliases, sort_keys=False, default_flow_style=False, width=100, allow_unicode=True
     )
