@@ -140,8 +140,7 @@ class Translator:
     # -- rewriting an author's expression ------------------------------------------------------
     def translate(self, text: str) -> str:
         """The expression with helpers and engine variables made native; NotNative when impossible."""
-        if re.search(r"(?<![\w.])cel\s*\.\s*bind\s*\(", _blank_strings(text)):
-            raise NotNative("uses cel.bind, which the apiserver's CEL does not provide (no bindings extension)")
+        text = inline_bindings(text)
         shadowed = {m.group(1) for m in _COMPREHENSION_VARIABLE.finditer(_blank_strings(text))}
         clash = {n for n in shadowed if n in TARGET_FIELDS or n in ("params", "variables") or n.startswith("gw")}
         if clash:
@@ -169,6 +168,44 @@ class Translator:
     def _is_quantity(self, args: list[str], original: str) -> str:
         arg = _one(args, original)
         return f"isQuantity(string({arg}))"
+
+
+_BIND = re.compile(r"(?<![\w.])cel\s*\.\s*bind\s*\(")
+
+
+def inline_bindings(text: str) -> str:
+    """cel.bind(x, value, body) -> body with x replaced by (value): the apiserver has no bindings extension.
+
+    CEL is side-effect free, so evaluating `value` at each use gives the same result (at the cost
+    of evaluating it more than once). A body that reuses the name for a comprehension variable is
+    refused rather than renamed.
+    """
+    while True:
+        found = _BIND.search(_blank_strings(text))
+        if found is None:
+            return text
+        try:
+            args, end = celhelpers._arguments(text, found.end() - 1)
+        except celhelpers.RewriteError as error:
+            raise NotNative(f"cannot parse cel.bind: {error}") from None
+        if len(args) != 3 or not _IDENTIFIER.fullmatch(args[0].strip()):
+            raise NotNative("cel.bind needs a name, a value and an expression")
+        name, value, body = args[0].strip(), inline_bindings(args[1]), inline_bindings(args[2])
+        if name in {m.group(1) for m in _COMPREHENSION_VARIABLE.finditer(_blank_strings(body))}:
+            raise NotNative(f"cel.bind({name}, ...) is shadowed by a comprehension variable of the same name")
+        text = text[: found.start()] + "(" + _replace_identifier(body, name, f"({value.strip()})") + ")" + text[end:]
+
+
+def _replace_identifier(text: str, name: str, replacement: str) -> str:
+    blank = _blank_strings(text)
+    out: list[str] = []
+    position = 0
+    for match in _IDENTIFIER.finditer(blank):
+        if match.group() != name or blank[: match.start()].rstrip().endswith("."):
+            continue
+        out += [text[position : match.start()], replacement]
+        position = match.end()
+    return "".join(out) + text[position:]
 
 
 def _one(args: list[str], original: str) -> str:
