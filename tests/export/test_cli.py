@@ -71,3 +71,11 @@ def test_a_rule_the_apiserver_cannot_run_is_refused_with_its_reason(tmp_path: Pa
     )
     done = run("--rules", str(rules))
     assert "any-kind: not exported: matches every kind" in done.stderr
+
+
+def test_table_lists_every_rule_as_docs_native_shows_it() -> None:
+    done = run("--rules", str(RULES), "--table")
+    assert done.returncode == 0
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and not line.startswith("| rule")]
+    rule_names = {yaml.safe_load(p.read_text())["metadata"]["name"] for p in RULES.glob("*.yaml")}
+    assert {row.split(" | ")[0][2:] for row in rows} == rule_names

@@ -15,7 +15,7 @@ from typing import Any
 
 from webhook.commands.common import EXIT_OK, UsageError, default_rules_dir, load_ruleset
 from webhook.export import TARGETS, export
-from webhook.export.render import render
+from webhook.export.render import render, table
 from webhook.export.versions import DEFAULT_VERSION, Release
 
 
@@ -32,6 +32,7 @@ def register(commands: Any) -> None:
         help=f"the cluster's release: picks the API versions (default: {DEFAULT_VERSION})",
     )
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: stdout)")
+    parser.add_argument("--table", action="store_true", help="print the Markdown table of docs/native.md instead")
     parser.set_defaults(run=run)
 
 
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         result = export(load_ruleset(args.rules or default_rules_dir()), args.target, release)
     except ValueError as error:
         raise UsageError(str(error)) from None
-    text = render(result)
+    text = table(result) if args.table else render(result)
     if args.output:
         try:
             Path(args.output).write_text(text, encoding="utf-8")

@@ -28,3 +28,25 @@ def render(result: Export) -> str:
         result.objects, Dumper=_NoAliases, sort_keys=False, default_flow_style=False, width=100, allow_unicode=True
     )
     return "\n".join(header) + "\n" + (body if result.objects else "")
+
+
+def table(result: Export) -> str:
+    """The Markdown table of docs/native.md: every rule, exported or not, and why."""
+    from .policies import COST_ANNOTATION
+
+    rows = ["| rule | exported | as | action | estimated cost / why not |", "|---|---|---|---|---|"]
+    exported = {rule.rule: rule for rule in result.rules}
+    refused = {refusal.rule: refusal.reason for refusal in result.refused}
+    for name in sorted({*exported, *refused}):
+        native = exported.get(name)
+        if native is None:
+            rows.append(f"| {name} | **no** | — | — | {refused[name]} |")
+            continue
+        policies = [o for o in native.objects if not o["kind"].endswith("Binding")]
+        kinds = " + ".join("MAP" if o["kind"].startswith("Mutating") else "VAP" for o in policies)
+        action = native.action if native.validating is not None else "mutate"
+        if native.validating is not None and native.mutating is not None:
+            action = f"mutate, {native.action}"
+        costs = " / ".join(f"{int(o['metadata']['annotations'][COST_ANNOTATION]):,}" for o in policies)
+        rows.append(f"| {name} | yes | {kinds} | {action} | {costs} |")
+    return "\n".join(rows) + "\n"
