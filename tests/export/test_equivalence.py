@@ -7,13 +7,16 @@ is named with its reason. A failure prints each differing (case, rule) pair.
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 
 from tests.export.apiserver import Apiserver
 from tests.export.equivalence import compare, idempotent, suite_cases, wrapped_cases
 from tests.reliability.test_properties import pod_specs, workload
-from tests.support import RULES
+from tests.support import RULES, gpu_pod
 from webhook.engine import AdmissionInput, RuleSet, load_rules
 from webhook.export import Export, export
 
@@ -120,3 +123,24 @@ def _cached(factory):  # hypothesis cannot take function-scoped fixtures: build 
 _RULESET = _cached(lambda: load_rules(RULES).require())
 _EXPORT = _cached(lambda: export(_RULESET()))
 _SERVER = _cached(Apiserver)
+
+
+@pytest.mark.parametrize("policy", ["Fail", "Ignore"])
+def test_evaluation_errors_follow_the_failure_policy_in_both(tmp_path: Path, policy: str) -> None:
+    """A namespace ceiling that is not a number: an evaluation error, denied under Fail, passed under Ignore."""
+    rules = tmp_path / "rules"
+    shutil.copytree(RULES, rules, ignore=shutil.ignore_patterns("tests"))
+    ceiling = rules / "gpu-per-pod-ceiling.yaml"
+    ceiling.write_text(
+        ceiling.read_text().replace("  action: Deny\n", f"  action: Deny\n  failurePolicy: {policy}\n", 1)
+    )
+    ruleset = load_rules(rules).require()
+    namespace = {"metadata": {"name": "team-a", "annotations": {"gpu-webhook.io/max-gpus-per-pod": "lots"}}}
+    admission = AdmissionInput.offline(gpu_pod(gpus=2), namespace="team-a", namespace_object=namespace)
+    [comparison] = [
+        c
+        for c in compare(ruleset, export(ruleset), Apiserver(), "bad ceiling", admission)
+        if c.rule == "gpu-per-pod-ceiling"
+    ]
+    assert comparison.engine[0] == ("error-deny" if policy == "Fail" else "error-ignore")
+    assert comparison.same, str(comparison)
