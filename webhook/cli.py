@@ -12,7 +12,7 @@ from importlib import metadata
 
 from webhook.commands.common import UsageError, fail
 
-COMMANDS = ("serve", "audit", "test", "lint", "explain", "schema", "certs", "manifests")
+COMMANDS = ("serve", "audit", "test", "lint", "explain", "schema", "certs", "manifests", "export")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

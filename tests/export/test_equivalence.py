@@ -1,0 +1,146 @@
+"""The exported policies decide as the engine does, on every suite case of the pack, in every workload kind.
+
+Generic over rules/: whatever rules the pack holds, each exported rule is compared with the
+engine on each case (decision, per-target messages, patched object), and every refused rule
+is named with its reason. A failure prints each differing (case, rule) pair.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+
+from tests.export.apiserver import Apiserver
+from tests.export.equivalence import compare, idempotent, suite_cases, wrapped_cases
+from tests.reliability.test_properties import pod_specs, workload
+from tests.support import RULES, gpu_pod
+from webhook.engine import AdmissionInput, RuleSet, load_rules
+from webhook.export import Export, export
+
+
+@pytest.fixture(scope="module")
+def ruleset() -> RuleSet:
+    return load_rules(RULES).require()
+
+
+@pytest.fixture(scope="module")
+def exported(ruleset: RuleSet) -> Export:
+    return export(ruleset)
+
+
+@pytest.fixture(scope="module")
+def server() -> Apiserver:
+    return Apiserver()
+
+
+@pytest.fixture(scope="module")
+def cases() -> list[tuple[str, AdmissionInput]]:
+    found = list(suite_cases())
+    return found + list(wrapped_cases(found))
+
+
+def test_every_rule_is_exported_or_refused_with_a_reason(ruleset: RuleSet, exported: Export) -> None:
+    names = [rule.name for rule in ruleset.rules]
+    assert sorted(exported.exported + [r.rule for r in exported.refused]) == sorted(names)
+    assert all(refusal.reason for refusal in exported.refused)
+    assert exported.exported, "the default pack exports nothing: the export or the pack broke"
+
+
+def test_same_decisions_and_patches_as_the_engine(
+    ruleset: RuleSet, exported: Export, server: Apiserver, cases: list[tuple[str, AdmissionInput]]
+) -> None:
+    compared = mismatches = 0
+    acting = set()
+    report = []
+    for name, admission in cases:
+        for comparison in compare(ruleset, exported, server, name, admission):
+            compared += 1
+            if comparison.engine[0] != "pass" or comparison.engine[2] is not None:
+                acting.add(comparison.rule)
+            if not comparison.same:
+                mismatches += 1
+                report.append(str(comparison))
+    print(
+        f"\nequivalence: {len(cases)} cases x {len(exported.rules)} exported rules = {compared}, mismatches {mismatches}"
+    )
+    assert not report, "\n".join(report[:20])
+    # the comparison means something only if the cases make the rules act (deny, warn, patch)
+    assert acting == set(exported.exported), f"rules never acting on any case: {set(exported.exported) - acting}"
+
+
+def test_mutating_policies_are_idempotent_on_reinvocation(
+    exported: Export, server: Apiserver, cases: list[tuple[str, AdmissionInput]]
+) -> None:
+    failures = [
+        f"{name} / {native.rule}"
+        for name, admission in cases
+        for native in exported.rules
+        if not idempotent(native, server, admission)
+    ]
+    assert not failures, failures[:20]
+
+
+def test_the_comparison_can_fail(ruleset: RuleSet, server: Apiserver, cases: list[tuple[str, AdmissionInput]]) -> None:
+    """Policies exported for another accelerator list (no MIG) must disagree with the engine somewhere."""
+    other = RuleSet.build(
+        ruleset.rules, type(ruleset.env)(type(ruleset.accelerators).from_patterns(["nvidia.com/gpu"]))
+    )
+    skewed = export(other)
+    assert any(not c.same for name, a in cases for c in compare(ruleset, skewed, server, name, a))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(obj=workload())
+def test_generated_workloads_get_the_same_decisions(obj: dict) -> None:
+    # the apiserver validates an object before validating admission: duplicate container names never get there
+    assume(all(_unique_names(spec) for spec in pod_specs(obj)))
+    ruleset = _RULESET()
+    exported = _EXPORT()
+    admission = AdmissionInput.offline(obj, namespace="team-a")
+    differing = [str(c) for c in compare(ruleset, exported, _SERVER(), "generated", admission) if not c.same]
+    assert not differing, "\n".join(differing)
+
+
+def _unique_names(spec: dict) -> bool:
+    names = [c.get("name") for f in ("initContainers", "containers") for c in spec.get(f) or []]
+    return len(names) == len(set(names))
+
+
+def _cached(factory):  # hypothesis cannot take function-scoped fixtures: build once per module
+    value = []
+
+    def get():
+        if not value:
+            value.append(factory())
+        return value[0]
+
+    return get
+
+
+_RULESET = _cached(lambda: load_rules(RULES).require())
+_EXPORT = _cached(lambda: export(_RULESET()))
+_SERVER = _cached(Apiserver)
+
+
+@pytest.mark.parametrize("policy", ["Fail", "Ignore"])
+def test_evaluation_errors_follow_the_failure_policy_in_both(tmp_path: Path, policy: str) -> None:
+    """A namespace ceiling that is not a number: an evaluation error, denied under Fail, passed under Ignore."""
+    rules = tmp_path / "rules"
+    shutil.copytree(RULES, rules, ignore=shutil.ignore_patterns("tests"))
+    ceiling = rules / "gpu-per-pod-ceiling.yaml"
+    ceiling.write_text(
+        ceiling.read_text().replace("  action: Deny\n", f"  action: Deny\n  failurePolicy: {policy}\n", 1)
+    )
+    ruleset = load_rules(rules).require()
+    namespace = {"metadata": {"name": "team-a", "annotations": {"gpu-webhook.io/max-gpus-per-pod": "lots"}}}
+    admission = AdmissionInput.offline(gpu_pod(gpus=2), namespace="team-a", namespace_object=namespace)
+    [comparison] = [
+        c
+        for c in compare(ruleset, export(ruleset), Apiserver(), "bad ceiling", admission)
+        if c.rule == "gpu-per-pod-ceiling"
+    ]
+    assert comparison.engine[0] == ("error-deny" if policy == "Fail" else "error-ignore")
+    assert comparison.same, str(comparison)

@@ -1,0 +1,34 @@
+"""Mixed mode: the webhook's rules ConfigMap minus the exported rules; every rule in exactly one place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from tests.support import RULES
+from webhook.engine import load_rules
+from webhook.engine.loader import compile_documents
+from webhook.engine.yamlsource import load_documents
+from webhook.export import exported_rule_names
+from webhook.export.mixed import webhook_files
+
+
+def test_each_rule_runs_in_exactly_one_place(tmp_path: Path) -> None:
+    ruleset = load_rules(RULES).require()
+    data = {p.name: p.read_text() for p in sorted(RULES.glob("*.yaml"))}
+    data["two.yaml"] = (
+        "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: keep-me}\n"
+        "spec:\n  match: {kinds: ['*']}\n  validate: {expression: 'true'}\n---\n"
+        + (RULES / "no-privileged-in-tenants.yaml").read_text().replace("no-privileged-in-tenants", "dup-native")
+    )
+    exported = set(exported_rule_names(ruleset)) | {"dup-native"}
+    kept = webhook_files(data, exported)
+    documents = [d for key, text in kept.items() for d in load_documents(text, key)]
+    webhook_rules = {r.name for r in compile_documents(documents).require().rules}
+    assert webhook_rules & exported == set()
+    assert webhook_rules | exported == {r.name for r in ruleset.rules} | {"keep-me", "dup-native"}
+    assert kept["two.yaml"] != data["two.yaml"] and "keep-me" in kept["two.yaml"]
+    untouched = [k for k, text in kept.items() if k != "two.yaml"]
+    assert all(kept[k] == data[k] for k in untouched)  # comments and citations kept
+    assert all(yaml.safe_load(data[k])["metadata"]["name"] not in exported for k in untouched)

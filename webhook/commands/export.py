@@ -1,0 +1,61 @@
+"""`gpu-webhook export`: the rules that can run inside the apiserver, as admission policies.
+
+Writes a ValidatingAdmissionPolicy (+ binding) per validating rule and a
+MutatingAdmissionPolicy (+ binding) per mutating rule; every rule that cannot be exported
+gets one line on stderr saying why (it stays with the webhook). Exit 0 when the file is
+written, 2 on a usage or rule error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from webhook.commands.common import EXIT_OK, UsageError, default_rules_dir, load_ruleset
+from webhook.export import TARGETS, export
+from webhook.export.render import render, table
+from webhook.export.versions import DEFAULT_VERSION, Release
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "export", help="write the rules as ValidatingAdmissionPolicy / MutatingAdmissionPolicy objects"
+    )
+    parser.add_argument("--rules", metavar="DIR", help="rules directory (default: the rules dir)")
+    parser.add_argument("--target", choices=TARGETS, default="all", help="vap, map or all (default: all)")
+    parser.add_argument(
+        "--kubernetes-version",
+        metavar="X.Y",
+        default=DEFAULT_VERSION,
+        help=f"the cluster's release: picks the API versions (default: {DEFAULT_VERSION})",
+    )
+    parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: stdout)")
+    parser.add_argument("--table", action="store_true", help="print the Markdown table of docs/native.md instead")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        release = Release.parse(args.kubernetes_version)
+        result = export(load_ruleset(args.rules or default_rules_dir()), args.target, release)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    text = table(result) if args.table else render(result)
+    if args.output:
+        try:
+            Path(args.output).write_text(text, encoding="utf-8")
+        except OSError as error:
+            raise UsageError(f"cannot write {args.output}: {error}") from None
+    else:
+        sys.stdout.write(text)
+    for refusal in result.refused:
+        print(f"gpu-webhook export: {refusal}", file=sys.stderr)
+    if result.release.map_note() and any(rule.mutating for rule in result.rules):
+        print(f"gpu-webhook export: note: {result.release.map_note()}", file=sys.stderr)
+    print(
+        f"gpu-webhook export: {len(result.exported)} rules exported, {len(result.refused)} kept by the webhook",
+        file=sys.stderr,
+    )
+    return EXIT_OK

@@ -1,0 +1,70 @@
+"""Export the rule pack to the apiserver's own CEL admission: ValidatingAdmissionPolicy and MutatingAdmissionPolicy.
+
+result = export(ruleset, target="all", release=Release.parse("1.36"))
+result.objects      # policies and bindings, ready to apply
+result.refused      # (rule, why) for every rule that stays with the webhook
+exported_rule_names(ruleset)   # what `manifests --native` leaves out of the webhook's rules
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.engine import RuleSet
+
+from .celenv import NativeEnvironment
+from .nativecel import NotNative
+from .policies import NativeRule, RuleExporter
+from .versions import DEFAULT_VERSION, Release
+
+TARGETS = ("vap", "map", "all")
+
+
+@dataclass(slots=True)
+class Refusal:
+    rule: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.rule}: not exported: {self.reason}"
+
+
+@dataclass(slots=True)
+class Export:
+    release: Release
+    rules: list[NativeRule] = field(default_factory=list)
+    refused: list[Refusal] = field(default_factory=list)
+
+    @property
+    def objects(self) -> list[dict[str, Any]]:
+        return [o for rule in self.rules for o in rule.objects]
+
+    @property
+    def exported(self) -> list[str]:
+        return [rule.rule for rule in self.rules]
+
+
+def export(ruleset: RuleSet, target: str = "all", release: Release | None = None) -> Export:
+    """Every rule of the set, exported or refused with a reason: none is dropped silently."""
+    if target not in TARGETS:
+        raise ValueError(f"--target {target!r}: expected one of {', '.join(TARGETS)}")
+    release = release or Release.parse(DEFAULT_VERSION)
+    if release.vap_version() is None:
+        raise ValueError(f"Kubernetes {release}: ValidatingAdmissionPolicy is GA from 1.30; export needs 1.30 or later")
+    exporter = RuleExporter(ruleset.accelerators, release, NativeEnvironment())
+    result = Export(release)
+    for rule in ruleset.rules:
+        try:
+            result.rules.append(exporter.export(rule, want_vap=target != "map", want_map=target != "vap"))
+        except NotNative as reason:
+            result.refused.append(Refusal(rule.name, str(reason)))
+    return result
+
+
+def exported_rule_names(ruleset: RuleSet, target: str = "all", release: Release | None = None) -> list[str]:
+    """Rules that run natively: `manifests --native` leaves these out of the webhook's ConfigMap."""
+    return export(ruleset, target, release).exported
+
+
+__all__ = ["TARGETS", "Export", "NativeRule", "Refusal", "Release", "export", "exported_rule_names"]

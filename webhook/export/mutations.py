@@ -1,0 +1,234 @@
+"""Engine mutations -> MutatingAdmissionPolicy JSONPatch expressions with the same idempotence.
+
+Each engine mutation (engine/mutate.py) becomes one or more MAP `mutations` entries. The
+apiserver evaluates a policy's mutations in order, each against the object as the previous
+ones left it (mutating/dispatcher.go), so a later entry sees an earlier one's labels map and
+adds to it instead of replacing it. Every expression is guarded the way the engine's
+operation is (an equivalent toleration, the same node requirement, an existing label), so a
+second application, as `reinvocationPolicy: IfNeeded` may make, changes nothing.
+
+Each expression loops over the targets (targets.py) and gives at most one patch operation
+per target: the apiserver's CEL has no flatten, so a mutation that needs several operations
+per target (addEnv: one per container) or an open-ended overlay (merge) is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from jsonpointer import escape
+
+from webhook.engine.mutate import (
+    AddToleration,
+    Mutation,
+    RequireNodeAffinity,
+    SetMetadata,
+    SetPodField,
+    SetQueueName,
+    mutation_name,
+)
+
+from .celenv import JSONPATCH_OPEN, JSONPATCH_PATH, JSONPATCH_VALUE
+from .nativecel import NotNative, Translator, native_literal, string_literal
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+AFFINITY = ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
+# mutations that edit pod specs: they need a target whose pod spec has a known path
+POD_SPEC_MUTATIONS = (AddToleration, RequireNodeAffinity, SetPodField)
+
+
+def json_patch(op: str, path: str, value: str | None = None) -> str:
+    """A JSONPatch value as MutatingAdmissionPolicy CEL writes it (celenv.py reads the same layout)."""
+    text = f"{JSONPATCH_OPEN}{string_literal(op)}{JSONPATCH_PATH}{path}"
+    return text + (f"{JSONPATCH_VALUE}{value}}}" if value is not None else "}")
+
+
+def select(base: str, key: str) -> tuple[str, str]:
+    """(presence test, access) of base.key, for any key (labels like kueue.x-k8s.io/queue-name)."""
+    if _IDENT.fullmatch(key):
+        return f"has({base}.{key})", f"{base}.{key}"
+    literal = string_literal(key)
+    return f"{literal} in {base}", f"{base}[{literal}]"
+
+
+def set_patch(root: str, path: str, parts: Sequence[str], value: str) -> str:
+    """A one-operation patch list that sets root.parts = value, creating missing parents in one add (patch.py)."""
+    accesses = [root]
+    presences = []
+    for part in parts:
+        presence, access = select(accesses[-1], part)
+        presences.append(presence)
+        accesses.append(access)
+
+    def pointer(count: int) -> str:
+        return f"{path} + {string_literal(''.join('/' + escape(p) for p in parts[:count]))}"
+
+    expression = f"[{json_patch('add', pointer(len(parts)), value)}]"
+    for index in reversed(range(len(parts) - 1)):
+        nested = value
+        for part in reversed(parts[index + 1 :]):
+            nested = f"{{{string_literal(part)}: {nested}}}"
+        expression = f"(!{presences[index]} ? [{json_patch('add', pointer(index + 1), nested)}] : {expression})"
+    return expression
+
+
+def patches(mutation: Mutation, translator: Translator, targets: str, match: str) -> list[str]:
+    """The MAP JSONPatch expressions for one engine mutation, in order."""
+    guard = f"({match}) ? " if match else ""
+
+    def each(needed: str, patch: str) -> str:
+        condition = f"{guard}({needed}) : false" if match else needed
+        return f"{targets}.filter(gwT, {condition}).map(gwT, {patch})"
+
+    if isinstance(mutation, AddToleration):
+        return [_add_toleration(mutation, each)]
+    if isinstance(mutation, RequireNodeAffinity):
+        return [_require_node_affinity(mutation, each)]
+    if isinstance(mutation, SetMetadata):
+        return _set_metadata(mutation, translator, each)
+    if isinstance(mutation, SetPodField):
+        return [_set_pod_field(mutation, translator, each)]
+    if isinstance(mutation, SetQueueName):
+        return [_set_queue_name(mutation, translator, each)]
+    raise NotNative(
+        f"mutation {mutation_name(mutation)}: needs several patch operations per pod template, "
+        "which a MutatingAdmissionPolicy JSONPatch expression cannot build (no flatten in the apiserver's CEL)"
+    )
+
+
+def _add_toleration(mutation: AddToleration, each: Any) -> str:
+    wanted = mutation.toleration
+    o = "gwO"
+    key = f"(has({o}.key) && {o}.key != null ? {o}.key : '')"
+    operator = f"(has({o}.operator) && {o}.operator != null && {o}.operator != '' ? {o}.operator : 'Equal')"
+    effect = f"(has({o}.effect) && {o}.effect != null ? {o}.effect : '')"
+    value = f"(has({o}.value) ? {o}.value : '')"
+    covers = [f"(({key} == '' && {operator} == 'Exists') || {key} == {string_literal(str(wanted['key']))})"]
+    if wanted.get("operator") == "Exists":
+        covers.append(f"{operator} == 'Exists'")
+    else:
+        covers.append(f"({operator} == 'Exists' || {value} == {string_literal(str(wanted.get('value') or ''))})")
+    covers.append(f"({effect} == '' || {effect} == {string_literal(str(wanted.get('effect') or ''))})")
+    spec = "gwT.spec"
+    needed = f"{spec} != null && !(has({spec}.tolerations) && {spec}.tolerations.exists({o}, {' && '.join(covers)}))"
+    literal = native_literal(dict(wanted))
+    append = json_patch("add", "gwT.path + '/spec/tolerations/-'", literal)
+    create = json_patch("add", "gwT.path + '/spec/tolerations'", f"[{literal}]")
+    patch = f"has({spec}.tolerations) ? {append} : {create}"
+    return each(needed, patch)
+
+
+def _require_node_affinity(mutation: RequireNodeAffinity, each: Any) -> str:
+    wanted = mutation.expression
+    values = list(wanted.get("values") or [])
+    m = "gwE"
+    same_values = (
+        f"size(has({m}.values) && {m}.values != null ? {m}.values : []) == {len(values)}"
+        if not values
+        else (
+            f"has({m}.values) && size({m}.values) == {len(values)} && "
+            f"{m}.values.all(gwV, gwV in {native_literal(values)}) && "
+            f"{native_literal(values)}.all(gwV, gwV in {m}.values)"
+        )
+    )
+    same = (
+        f"(has(gwM.matchExpressions) && gwM.matchExpressions != null && gwM.matchExpressions.exists({m}, "
+        f"{m}.key == {string_literal(str(wanted['key']))} && {m}.operator == {string_literal(str(wanted['operator']))}"
+        f" && {same_values}))"
+    )
+    literal = native_literal(dict(wanted))
+    spec = "gwT.spec"
+    presence = [f"has({spec}.affinity)"]
+    access = f"{spec}.affinity"
+    for part in AFFINITY[1:]:
+        presence.append(f"has({access}.{part})")
+        access += f".{part}"
+    terms = access
+    present = " && ".join(presence) + f" && {terms} != null && size({terms}) > 0"
+    pointer = "gwT.path + '/spec/" + "/".join(AFFINITY) + "'"
+    extended = (
+        f"has(gwM.matchFields) ? "
+        f"{{'matchExpressions': dyn((has(gwM.matchExpressions) ? gwM.matchExpressions : []) + [{literal}]), "
+        f"'matchFields': dyn(gwM.matchFields)}} : "
+        f"{{'matchExpressions': dyn((has(gwM.matchExpressions) ? gwM.matchExpressions : []) + [{literal}])}}"
+    )
+    replace = json_patch("replace", pointer, f"{terms}.map(gwM, {same} ? gwM : ({extended}))")
+    create = set_patch(spec, "gwT.path + '/spec'", AFFINITY, f"[{{'matchExpressions': [{literal}]}}]")
+    needed = f"{spec} != null && (!({present}) || {terms}.exists(gwM, !{same}))"
+    return each(needed, f"({present}) ? {replace} : {create}[0]")
+
+
+def _value(mutation_value: str | None, expression: Any, translator: Translator) -> tuple[str, str]:
+    """(CEL of the value, CEL that is true when there is a value to write: not null, not empty)."""
+    if expression is None:
+        value = str(mutation_value or "")
+        return string_literal(value), "true" if value else "false"
+    text = f"({translator.translate(expression.text)})"
+    if expression.result_type == "STRING":  # a string-typed expression cannot be null (and may not compare to it)
+        return text, f"{text} != ''"
+    return text, f"({text} != null && {text} != '')"
+
+
+def _set_metadata(mutation: SetMetadata, translator: Translator, each: Any) -> list[str]:
+    out = []
+    items = [(k, _value(v, None, translator)) for k, v in mutation.values]
+    items += [(k, _value(None, e, translator)) for k, e in mutation.expressions]
+    for key, (value, present) in items:
+        root = "gwT.root"
+        field = mutation.field
+        current = (
+            f"has({root}.metadata) && has({root}.metadata.{field}) && {string_literal(key)} in {root}.metadata.{field}"
+        )
+        stays = (
+            f"({current})"
+            if not mutation.override
+            else f"({current} && {root}.metadata.{field}[{string_literal(key)}] == {value})"
+        )
+        needed = f"{present} && !{stays}"
+        patch = f"{set_patch(root, 'gwT.path', ('metadata', field, key), value)}[0]"
+        out.append(each(needed, patch))
+    return out
+
+
+def _set_pod_field(mutation: SetPodField, translator: Translator, each: Any) -> str:
+    value, present = _value(mutation.value, mutation.expression, translator)
+    spec = "gwT.spec"
+    field = mutation.field
+    keep = f"has({spec}.{field}) && ({spec}.{field} == {value}"
+    keep += ")" if mutation.override else f" || ({spec}.{field} != null && {spec}.{field} != ''))"
+    needed = f"{spec} != null && {present} && !({keep})"
+    patch = json_patch("add", f"gwT.path + '/spec/{field}'", value)
+    sets = each(needed, patch)
+    if field != "priorityClassName":
+        return sets
+    # the Priority plugin resolved spec.priority for the old class; it recomputes it only if it is removed
+    removes = each(
+        f"{needed} && gwT.path == '' && object.kind == 'Pod' && has({spec}.priority)",
+        json_patch("remove", "gwT.path + '/spec/priority'"),
+    )
+    return f"{sets} + {removes}"
+
+
+def _set_queue_name(mutation: SetQueueName, translator: Translator, each: Any) -> str:
+    value, present = _value(mutation.value, mutation.expression, translator)
+    root = "gwT.root"
+    labelled = (
+        f"has({root}.metadata) && has({root}.metadata.labels) && {string_literal(QUEUE_LABEL)} in {root}.metadata.labels"
+        f" && {root}.metadata.labels[{string_literal(QUEUE_LABEL)}] != ''"
+    )
+    needed = f"request.operation == 'CREATE' && !({labelled}) && {present}"
+    label = each(needed, f"{set_patch(root, 'gwT.path', ('metadata', 'labels', QUEUE_LABEL), value)}[0]")
+    # Kueue's own webhook may already have run: a batch/v1 Job must start suspended (DESIGN §5)
+    suspend = each(
+        f"{needed} && has({root}.kind) && {root}.kind == 'Job' && has({root}.apiVersion) && "
+        f"{root}.apiVersion == 'batch/v1' && !(has({root}.spec.suspend) && {root}.spec.suspend == true)",
+        f"{set_patch(root, 'gwT.path', ('spec', 'suspend'), 'true')}[0]",
+    )
+    return f"{label} + {suspend}"
+
+
+def needs_pod_spec_paths(mutations: Sequence[Mutation]) -> bool:
+    return any(isinstance(m, POD_SPEC_MUTATIONS) for m in mutations)

@@ -1,0 +1,278 @@
+"""Engine CEL -> the apiserver's CEL: the GPU helpers and engine-only variables made plain.
+
+A rule's expression reads variables the webhook computes in Python (`podSpec`, `containers`,
+`target`, `targetGpuCount`, ...) and calls the GPU helpers. In a ValidatingAdmissionPolicy
+only `object`, `oldObject`, `request`, `namespaceObject`, `params`, `authorizer` and the
+policy's own `variables` exist, so:
+
+- helper calls are rewritten into plain CEL with celhelpers' parser (the same one the
+  engine uses), but towards expressions over the object instead of per-target values;
+- engine variables become fields of the per-target loop variable `gwT` (see targets.py);
+- `params` becomes `variables.params`, a constant literal.
+
+The apiserver's CEL (k8s.io/apiserver/pkg/cel/environment/base.go) has the Kubernetes
+quantity library (`quantity(s)` returns a Quantity, not a number: our `quantity(x)` becomes
+`quantity(string(x)).asApproximateFloat()`), the lists library (`sum()`, `max()`,
+`indexOf()`), strings v2 and sets, and HomogeneousAggregateLiterals: a list or map literal
+must hold one type, so every generated literal wraps its items in `dyn()`. It has no
+`cel.bind` (no ext.Bindings), so a rule that uses it is refused.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from webhook.engine import celhelpers
+from webhook.engine.quantity import QuantityError, parse_quantity
+from webhook.engine.resources import Accelerators
+
+LOOP = "gwT"  # the per-target loop variable of every generated comprehension
+# engine variable -> field of the loop variable (targets.py builds these fields)
+TARGET_FIELDS = {
+    "podSpec": "spec",
+    "podSpecs": "specs",
+    "containers": "containers",
+    "target": "description",
+    "targetGpuCount": "gpus",
+}
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_COMPREHENSION_VARIABLE = re.compile(r"\.\s*(?:all|exists|exists_one|map|filter)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,")
+
+
+class NotNative(ValueError):
+    """The expression cannot run in the apiserver's CEL; the message says why."""
+
+
+def native_literal(value: Any) -> str:
+    """A CEL literal of a params value, every list item and map value wrapped in dyn()."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        if not -(2**63) <= value < 2**63:
+            raise NotNative(f"params value {value} does not fit a CEL int")
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise NotNative(f"params value {value} has no CEL literal")
+        return repr(value)
+    if isinstance(value, str):
+        return string_literal(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(f"dyn({native_literal(item)})" for item in value) + "]"
+    if isinstance(value, Mapping):
+        entries = []
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise NotNative(f"params key {key!r} is not a string")
+            entries.append(f"{string_literal(key)}: dyn({native_literal(item)})")
+        return "{" + ", ".join(entries) + "}"
+    raise NotNative(f"params value of type {type(value).__name__} has no CEL literal")
+
+
+def string_literal(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace("'", "\\'")
+    return "'" + re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\u{ord(m.group()):04x}", escaped) + "'"
+
+
+class Translator:
+    """Rewrites engine CEL into apiserver CEL for one accelerator configuration."""
+
+    def __init__(self, accelerators: Accelerators) -> None:
+        self.accelerators = accelerators
+        self._replacements: dict[str, Callable[[list[str], str], str]] = {
+            "gpuCount": self._gpu_count,
+            "containerGpuCount": lambda args, original: self.container_gpus(_one(args, original)),
+            "isAccelerator": lambda args, original: self.is_accelerator(_one(args, original)),
+            "quantity": self._quantity,
+            "isQuantity": self._is_quantity,
+        }
+
+    # -- the helpers as plain CEL over a pod spec / container / resource name ------------------
+    def is_accelerator(self, name: str) -> str:
+        tests = []
+        if self.accelerators.exact:
+            tests.append(f"{name} in [{', '.join(map(string_literal, sorted(self.accelerators.exact)))}]")
+        tests.extend(f"{name}.startsWith({string_literal(p)})" for p in self.accelerators.prefixes)
+        return "(" + " || ".join(tests or ["false"]) + ")"
+
+    def container_gpus(self, c: str) -> str:
+        """Accelerators one container asks for: a request, else the limit; whole, positive (resources.py)."""
+        c = f"({c})"
+
+        def whole(v: str) -> str:
+            q = f"string({v})"
+            return (
+                f"(isQuantity({q}) && quantity({q}).asApproximateFloat() > 0.0 "
+                f"? int(quantity({q}).asApproximateFloat()) : 0)"
+            )
+
+        asked = f"{c}.resources.requests"
+        limits = f"{c}.resources.limits"
+        return (
+            f"(has({c}.resources) ? ("
+            f"(has({asked}) ? {asked}.filter(gwR, {self.is_accelerator('gwR')}).map(gwR, {whole(f'{asked}[gwR]')}) "
+            f": []) + "
+            f"(has({limits}) ? {limits}.filter(gwR, {self.is_accelerator('gwR')} && "
+            f"!(has({asked}) && gwR in {asked})).map(gwR, {whole(f'{limits}[gwR]')}) : [])"
+            f").sum() : 0)"
+        )
+
+    def pod_gpus(self, spec: str) -> str:
+        """max(app + sidecar containers, largest regular init container), as the scheduler counts."""
+        s = f"({spec})"
+        sidecar = "(has(gwC.restartPolicy) && gwC.restartPolicy == 'Always')"
+        count = self.container_gpus("gwC")
+        running = (
+            f"(has({s}.containers) ? {s}.containers.map(gwC, {count}).sum() : 0) + "
+            f"(has({s}.initContainers) ? {s}.initContainers.filter(gwC, {sidecar}).map(gwC, {count}).sum() : 0)"
+        )
+        largest_init = (
+            f"(has({s}.initContainers) ? ([0] + {s}.initContainers.filter(gwC, !{sidecar}).map(gwC, {count})).max() "
+            f": 0)"
+        )
+        return f"({s} == null ? 0 : [{running}, {largest_init}].max())"
+
+    # -- rewriting an author's expression ------------------------------------------------------
+    def translate(self, text: str) -> str:
+        """The expression with helpers and engine variables made native; NotNative when impossible."""
+        text = inline_bindings(text)
+        shadowed = {m.group(1) for m in _COMPREHENSION_VARIABLE.finditer(_blank_strings(text))}
+        clash = {n for n in shadowed if n in TARGET_FIELDS or n in ("params", "variables") or n.startswith("gw")}
+        if clash:
+            raise NotNative(f"a comprehension variable is named {', '.join(sorted(clash))}")
+        try:
+            rewritten = _rewrite(text, self._replacements)
+        except celhelpers.RewriteError as error:
+            raise NotNative(f"cannot parse the expression: {error}") from None
+        return _substitute(rewritten)
+
+    def _gpu_count(self, args: list[str], original: str) -> str:
+        arg = _one(args, original)
+        return "targetGpuCount" if arg.strip() == "podSpec" else self.pod_gpus(arg)
+
+    def _quantity(self, args: list[str], original: str) -> str:
+        arg = _one(args, original)
+        literal = celhelpers._literal_quantity(arg)
+        if literal is not None:
+            try:
+                return repr(float(parse_quantity(literal)))  # folded, as the engine does
+            except QuantityError:
+                pass  # the apiserver reports the bad literal when it runs, as the engine does
+        return f"quantity(string({arg})).asApproximateFloat()"
+
+    def _is_quantity(self, args: list[str], original: str) -> str:
+        arg = _one(args, original)
+        return f"isQuantity(string({arg}))"
+
+
+_BIND = re.compile(r"(?<![\w.])cel\s*\.\s*bind\s*\(")
+
+
+def inline_bindings(text: str) -> str:
+    """cel.bind(x, value, body) -> body with x replaced by (value): the apiserver has no bindings extension.
+
+    CEL is side-effect free, so evaluating `value` at each use gives the same result (at the cost
+    of evaluating it more than once). A body that reuses the name for a comprehension variable is
+    refused rather than renamed.
+    """
+    while True:
+        found = _BIND.search(_blank_strings(text))
+        if found is None:
+            return text
+        try:
+            args, end = celhelpers._arguments(text, found.end() - 1)
+        except celhelpers.RewriteError as error:
+            raise NotNative(f"cannot parse cel.bind: {error}") from None
+        if len(args) != 3 or not _IDENTIFIER.fullmatch(args[0].strip()):
+            raise NotNative("cel.bind needs a name, a value and an expression")
+        name, value, body = args[0].strip(), inline_bindings(args[1]), inline_bindings(args[2])
+        if name in {m.group(1) for m in _COMPREHENSION_VARIABLE.finditer(_blank_strings(body))}:
+            raise NotNative(f"cel.bind({name}, ...) is shadowed by a comprehension variable of the same name")
+        text = text[: found.start()] + "(" + _replace_identifier(body, name, f"({value.strip()})") + ")" + text[end:]
+
+
+def _replace_identifier(text: str, name: str, replacement: str) -> str:
+    blank = _blank_strings(text)
+    out: list[str] = []
+    position = 0
+    for match in _IDENTIFIER.finditer(blank):
+        if match.group() != name or blank[: match.start()].rstrip().endswith("."):
+            continue
+        out += [text[position : match.start()], replacement]
+        position = match.end()
+    return "".join(out) + text[position:]
+
+
+def _one(args: list[str], original: str) -> str:
+    if len(args) != 1:
+        raise NotNative(f"{original}: the helper takes one argument")
+    return args[0]
+
+
+def _rewrite(text: str, replacements: Mapping[str, Callable[[list[str], str], str]]) -> str:
+    """celhelpers.rewrite's walk, with this module's replacement table."""
+    out: list[str] = []
+    position = 0
+    while True:
+        found = celhelpers._next_call(text, position)
+        if found is None:
+            out.append(text[position:])
+            return "".join(out)
+        start, name, open_paren = found
+        args, end = celhelpers._arguments(text, open_paren)
+        out.append(text[position:start])
+        out.append(replacements[name]([_rewrite(arg, replacements) for arg in args], text[start:end]))
+        position = end
+
+
+def _blank_strings(text: str) -> str:
+    """The text with string literals' contents blanked, positions kept."""
+    out = list(text)
+    index = 0
+    while index < len(text):
+        match = celhelpers._STRING_START.match(text, index)
+        if match and (index == 0 or not (text[index - 1].isalnum() or text[index - 1] == "_")):
+            end = celhelpers._skip_string(text, match.end(), match.group(1))
+            for i in range(match.end(), max(match.end(), end - len(match.group(1)))):
+                out[i] = " "
+            index = end
+            continue
+        index += 1
+    return "".join(out)
+
+
+def _substitute(text: str) -> str:
+    """Engine variables -> loop-variable fields; params -> variables.params. Strings and fields untouched."""
+    blank = _blank_strings(text)
+    out: list[str] = []
+    position = 0
+    for match in _IDENTIFIER.finditer(blank):
+        name = match.group()
+        before = blank[: match.start()].rstrip()
+        if before.endswith(".") or (match.start() > 0 and (blank[match.start() - 1].isdigit())):
+            continue  # a field selection (x.target) or part of a number
+        if name in TARGET_FIELDS:
+            replacement = f"{LOOP}.{TARGET_FIELDS[name]}"
+        elif name == "params":
+            replacement = "variables.params"
+        else:
+            continue
+        out.append(text[position : match.start()])
+        out.append(replacement)
+        position = match.end()
+    out.append(text[position:])
+    return "".join(out)
+
+
+def references(text: str) -> set[str]:
+    """Engine variables an expression reads (after translation: the loop fields it needs)."""
+    blank = _blank_strings(text)
+    found = set()
+    for match in re.finditer(rf"\b{LOOP}\.([A-Za-z]+)", blank):
+        found.add(match.group(1))
+    return found

@@ -1,0 +1,192 @@
+"""What a rule looks at inside each kind, as one CEL list expression over `object`.
+
+The engine evaluates a rule once per target (engine/workloads.py: the Pod itself, or each pod
+template of a workload). A policy sees the whole object, so it loops over the same targets:
+this module writes, per kind, a CEL expression whose value is the list of targets, each a map
+{description, specs[, root, path]} with the same descriptions the engine puts in messages.
+tests/export/test_targets.py checks it against `pod_template_targets` for every kind of
+WORKLOADS, so the two tables cannot drift apart unnoticed.
+
+Lists are walked with `indexOf` (the Kubernetes lists library) where a JSON Pointer needs an
+index: exact for JobSet jobs and Ray worker groups, whose names their operators require unique.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from webhook.engine.workloads import WORKLOADS
+
+from .nativecel import NotNative, Translator, string_literal
+
+NAME = (
+    "(has(object.metadata.name) && object.metadata.name != '' ? object.metadata.name : "
+    "has(object.metadata.generateName) && object.metadata.generateName != '' ? object.metadata.generateName : "
+    "'<unnamed>')"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class KindTarget:
+    kind: str
+    group: str
+    plural: str
+    templates: bool  # one target per pod template (autogen), else the object itself
+
+
+def api_of(kind: str) -> tuple[str, str]:
+    """(API group, plural resource) of a kind the engine knows; NotNative otherwise."""
+    if kind == "Pod":
+        return "", "pods"
+    entry = WORKLOADS.get(kind)
+    if entry is None:
+        raise NotNative(f"kind {kind}: not a Pod or a workload kind of engine/workloads.py")
+    groups = sorted(entry[0])
+    if len(groups) != 1:
+        raise NotNative(f"kind {kind}: served by several API groups ({', '.join(groups)})")
+    return groups[0], kind.lower() + "s"  # every kind of the table pluralises with -s
+
+
+def _entry(root: str, path: str, description: str, with_paths: bool) -> str:
+    fields = [f"'description': dyn({description})", f"'specs': dyn(has({root}.spec) ? [{root}.spec] : [])"]
+    if with_paths:
+        fields += [f"'root': dyn({root})", f"'path': dyn({path})"]
+    return "{" + ", ".join(fields) + "}"
+
+
+def _guard(parts: tuple[str, ...], base: str = "object") -> str:
+    checks = []
+    expr = base
+    for part in parts:
+        checks.append(f"has({expr}.{part})")
+        expr += f".{part}"
+    return " && ".join(checks)
+
+
+def _owner(kind: str) -> str:
+    return f"{string_literal(kind + ' ')} + {NAME}"
+
+
+def template_targets(kind: str, with_paths: bool) -> str:
+    """The pod templates of one workload kind, as workloads.py finds them."""
+    owner = _owner(kind)
+    if kind in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob"):
+        parts = ("spec", "jobTemplate", "spec", "template") if kind == "CronJob" else ("spec", "template")
+        root = "object." + ".".join(parts)
+        path = string_literal("/" + "/".join(parts))
+        entry = _entry(root, path, f"'pod template of ' + {owner}", with_paths)
+        return f"({_guard(parts)} ? [{entry}] : [])"
+    if kind in ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob"):
+        field = {
+            "PyTorchJob": "pytorchReplicaSpecs",
+            "TFJob": "tfReplicaSpecs",
+            "MPIJob": "mpiReplicaSpecs",
+            "XGBoostJob": "xgbReplicaSpecs",
+            "PaddleJob": "paddleReplicaSpecs",
+        }[kind]
+        specs = f"object.spec.{field}"
+        root = f"{specs}[gwK].template"
+        path = f"'/spec/{field}/' + jsonpatch.escapeKey(gwK) + '/template'"
+        entry = _entry(root, path, f"'replica ' + gwK + ' of ' + {owner}", with_paths)
+        return f"({_guard(('spec', field))} ? {specs}.filter(gwK, has({root})).map(gwK, {entry}) : [])"
+    if kind == "JobSet":
+        jobs = "object.spec.replicatedJobs"
+        index = f"string({jobs}.indexOf(gwJ))"
+        root = "gwJ.template.spec.template"
+        name = f"(has(gwJ.name) ? string(gwJ.name) : {index})"
+        entry = _entry(
+            root,
+            f"'/spec/replicatedJobs/' + {index} + '/template/spec/template'",
+            f"'replicated job ' + {name} + ' of ' + {owner}",
+            with_paths,
+        )
+        guard = _guard(("template", "spec", "template"), "gwJ")
+        return f"({_guard(('spec', 'replicatedJobs'))} ? {jobs}.filter(gwJ, {guard}).map(gwJ, {entry}) : [])"
+    if kind in ("RayJob", "RayCluster"):
+        prefix = ("spec", "rayClusterSpec") if kind == "RayJob" else ("spec",)
+        base = "object." + ".".join(prefix)
+        pointer = "/" + "/".join(prefix)
+        head_parts = (*prefix, "headGroupSpec", "template")
+        head = _entry(
+            "object." + ".".join(head_parts),
+            string_literal("/" + "/".join(head_parts)),
+            f"'head group of ' + {owner}",
+            with_paths,
+        )
+        groups = f"{base}.workerGroupSpecs"
+        index = f"string({groups}.indexOf(gwW))"
+        worker = _entry(
+            "gwW.template",
+            f"{string_literal(pointer + '/workerGroupSpecs/')} + {index} + '/template'",
+            f"'worker group ' + (has(gwW.groupName) ? string(gwW.groupName) : {index}) + ' of ' + {owner}",
+            with_paths,
+        )
+        return (
+            f"(({_guard(head_parts)}) ? [{head}] : []) + "
+            f"(({_guard((*prefix, 'workerGroupSpecs'))}) ? {groups}.filter(gwW, has(gwW.template)).map(gwW, {worker}) "
+            f": [])"
+        )
+    if kind == "LeaderWorkerSet":
+        out = []
+        for field, role in (("leaderTemplate", "leader"), ("workerTemplate", "worker")):
+            parts = ("spec", "leaderWorkerTemplate", field)
+            entry = _entry(
+                "object." + ".".join(parts),
+                string_literal("/" + "/".join(parts)),
+                f"'{role} template of ' + {owner}",
+                with_paths,
+            )
+            out.append(f"({_guard(parts)} ? [{entry}] : [])")
+        return "(" + " + ".join(out) + ")"
+    raise NotNative(f"kind {kind}: no native expression for its pod templates")
+
+
+def object_target(kind: str, with_paths: bool) -> str:
+    """The object itself: a Pod with its spec, or a workload with all its templates' specs."""
+    if kind == "Pod":
+        fields = ["'description': dyn('pod ' + " + NAME + ")", "'specs': dyn(has(object.spec) ? [object.spec] : [])"]
+    else:
+        specs = f"{template_targets(kind, False)}.map(gwE, size(gwE.specs) > 0 ? gwE.specs[0] : null)"
+        fields = [f"'description': dyn({_owner(kind)})", f"'specs': dyn({specs})"]
+    if with_paths:
+        fields += ["'root': dyn(object)", "'path': dyn('')"]
+    return "[{" + ", ".join(fields) + "}]"
+
+
+def targets_expression(kinds: list[KindTarget], fields: set[str], translator: Translator, with_paths: bool) -> str:
+    """The list of targets of whichever kind `object` is, each with the fields the rule reads."""
+    branches = []
+    for entry in kinds:
+        raw = template_targets(entry.kind, with_paths) if entry.templates else object_target(entry.kind, with_paths)
+        branches.append((entry.kind, raw))
+    chain = "[]"
+    for kind, raw in reversed(branches):
+        chain = f"object.kind == {string_literal(kind)} ? {raw} : {chain}"
+    return f"({chain}).map(gwX, {_enriched(fields, translator, with_paths)})"
+
+
+def _enriched(fields: set[str], translator: Translator, with_paths: bool) -> str:
+    out = ["'description': gwX.description", "'specs': gwX.specs"]
+    if "spec" in fields:
+        out.append("'spec': dyn(size(gwX.specs) == 1 ? gwX.specs[0] : null)")
+    if "containers" in fields:
+        # more than one spec happens only for an object target of a multi-template kind, refused upstream
+        out.append(
+            "'containers': dyn(size(gwX.specs) != 1 || gwX.specs[0] == null ? [] : "
+            "(has(gwX.specs[0].initContainers) ? gwX.specs[0].initContainers : []) + "
+            "(has(gwX.specs[0].containers) ? gwX.specs[0].containers : []))"
+        )
+    if "gpus" in fields:
+        out.append(f"'gpus': dyn(gwX.specs.map(gwS, {translator.pod_gpus('gwS')}).sum())")
+    if with_paths:
+        out += ["'root': gwX.root", "'path': gwX.path"]
+    return "{" + ", ".join(out) + "}"
+
+
+MULTI_TEMPLATE = frozenset({"JobSet", "RayJob", "RayCluster", "LeaderWorkerSet"}) | {
+    "PyTorchJob",
+    "TFJob",
+    "MPIJob",
+    "XGBoostJob",
+    "PaddleJob",
+}
