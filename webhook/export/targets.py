@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from webhook.engine.workloads import WORKLOADS
+from webhook.engine.workloads import KINDS, WORKLOADS
 
 from .nativecel import NotNative, Translator, string_literal
 
@@ -34,17 +34,15 @@ class KindTarget:
     templates: bool  # one target per pod template (autogen), else the object itself
 
 
+KINDS_BY_NAME = {entry.kind: entry for entry in KINDS}
+
+
 def api_of(kind: str) -> tuple[str, str]:
     """(API group, plural resource) of a kind the engine knows; NotNative otherwise."""
-    if kind == "Pod":
-        return "", "pods"
-    entry = WORKLOADS.get(kind)
+    entry = KINDS_BY_NAME.get(kind)
     if entry is None:
         raise NotNative(f"kind {kind}: not a Pod or a workload kind of engine/workloads.py")
-    groups = sorted(entry[0])
-    if len(groups) != 1:
-        raise NotNative(f"kind {kind}: served by several API groups ({', '.join(groups)})")
-    return groups[0], kind.lower() + "s"  # every kind of the table pluralises with -s
+    return entry.group, entry.plural
 
 
 def _entry(root: str, path: str, description: str, with_paths: bool) -> str:
