@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -36,7 +36,7 @@ from .mutate import MutationContext, MutationError
 from .patch import PatchConflict, Patcher
 from .pointer import to_pointer
 from .quantity import quantity_of
-from .resources import Accelerators
+from .resources import NO_CLAIMS, Accelerators, PodClaims
 from .ruleset import RuleSet
 from .workloads import get_path, object_target, pod_template_targets
 
@@ -205,7 +205,9 @@ class _Run:
         if match.object_selector is not None and not self._object_selected(rule, target):
             return "objectSelector does not match"
         if match.gpu is not None:
-            has_gpus = self._gpus(target) > 0
+            facts = self._target_facts(target)
+            # an unresolved DRA claim counts as an accelerator (resources.py explains why)
+            has_gpus = facts.gpus > 0 or any(c.unresolved for c in facts.claims)
             if has_gpus != match.gpu:
                 return "requests no accelerators (gpu: true)" if match.gpu else "requests accelerators (gpu: false)"
         # an error here is a rule error (the caller applies failurePolicy), never "no match":
@@ -242,7 +244,15 @@ class _Run:
         if cached is not None and cached.version == version:
             return cached
         pod_specs = [get_path(self.working, path) for path in target.pod_specs]
-        facts = _TargetFacts(version=version, pod_specs=pod_specs, containers=_containers(pod_specs), gpus=0)
+        accelerators = self.ruleset.accelerators
+        admission = self.admission
+        claims = [
+            accelerators.pod_claims(spec, admission.resource_claims, admission.resource_claim_templates)
+            for spec in pod_specs
+        ]
+        facts = _TargetFacts(
+            version=version, pod_specs=pod_specs, containers=_containers(pod_specs), gpus=0, claims=claims
+        )
         if (
             cached is not None
             and self.patcher is not None
@@ -251,7 +261,7 @@ class _Run:
             facts.gpus = cached.gpus
             facts._container_gpus, facts._quantities = cached._container_gpus, cached._quantities
         else:
-            facts.gpus = sum(self.ruleset.accelerators.pod_count(spec) for spec in pod_specs)
+            facts.gpus = sum(accelerators.pod_count(spec, c) for spec, c in zip(pod_specs, claims, strict=True))
         self._facts[target.root] = facts
         return facts
 
@@ -289,7 +299,10 @@ class _Run:
             "target": target.description,
             "targetGpuCount": facts.gpus,
             "accelerators": self.ruleset.env.accelerator_table,
+            "priorityClasses": self.admission.priority_classes,
         }
+        if "deviceClaims" in references:
+            variables["deviceClaims"] = [claim for claims in facts.claims for claim in claims.items]
         if "containerGpus" in references:
             variables["containerGpus"] = facts.container_gpus(self.ruleset.accelerators)
         if "quantities" in references:
@@ -404,16 +417,30 @@ class _TargetFacts:
     pod_specs: list[Any]
     containers: list[Any]
     gpus: int
+    claims: list[PodClaims] = field(default_factory=list)  # per pod spec, in pod_specs order
     _container_gpus: dict[str, int] | None = None
     _quantities: dict[str, float] | None = None
 
     def container_gpus(self, accelerators: Accelerators) -> dict[str, int]:
+        """Container name -> accelerators (extended resources and DRA claims it names).
+
+        Names are unique within a pod spec, not across the templates of one object: every
+        Kubeflow replica's container is called `pytorch`. A name whose containers differ in
+        count maps to -1, and the rewritten containerGpuCount(c) then asks the Python helper
+        for that container (celhelpers.py).
+        """
         if self._container_gpus is None:
-            self._container_gpus = {
-                c["name"]: accelerators.container_count(c)
-                for c in self.containers
-                if isinstance(c, Mapping) and isinstance(c.get("name"), str)
-            }
+            found: dict[str, int] = {}
+            claims_per_spec = self.claims or [NO_CLAIMS] * len(self.pod_specs)
+            for spec, claims in zip(self.pod_specs, claims_per_spec, strict=True):
+                for container in _containers([spec]):
+                    if not isinstance(container, Mapping) or not isinstance(container.get("name"), str):
+                        continue
+                    count = accelerators.container_count(container)
+                    count += accelerators.container_claim_count(container, claims)
+                    name = container["name"]
+                    found[name] = count if found.get(name, count) == count else -1
+            self._container_gpus = found
         return self._container_gpus
 
     def quantities(self) -> dict[str, float]:
@@ -445,7 +472,9 @@ def _containers(pod_specs: list[Any]) -> list[Any]:
     found: list[Any] = []
     for spec in pod_specs:
         if isinstance(spec, Mapping):
-            for field_name in ("initContainers", "containers"):
+            # ephemeral containers (kubectl debug) run on the node as well: rules about what runs
+            # there see them; they cannot request resources (core/v1 EphemeralContainerCommon)
+            for field_name in ("initContainers", "containers", "ephemeralContainers"):
                 value = spec.get(field_name)
                 if isinstance(value, list):
                     found.extend(value)
