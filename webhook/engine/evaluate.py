@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -40,6 +40,12 @@ from .resources import NO_CLAIMS, Accelerators, PodClaims
 from .ruleset import RuleSet
 from .workloads import get_path, object_target, pod_template_targets
 
+# pods/ephemeralcontainers (kubectl debug) adds containers to a running pod. Since 1.22 its
+# object is the whole Pod and the operation UPDATE (KEP-277, kubernetes/kubernetes#101034), and
+# the apiserver keeps only spec.ephemeralContainers of what is written to it: rules run on it as
+# on any Pod UPDATE, ratcheting keeps the existing containers from re-denying.
+EVALUATED_SUBRESOURCES = frozenset({"", "ephemeralcontainers"})
+
 
 class RuleError(Exception):
     """A rule failed to evaluate on one target; its failurePolicy decides what that means."""
@@ -55,8 +61,8 @@ def evaluate(
 ) -> Decision:
     decision = Decision()
     subject = admission.subject
-    if not isinstance(subject, dict) or admission.sub_resource:
-        return decision  # rules never match subresources (pods/exec, */scale)
+    if not isinstance(subject, dict) or admission.sub_resource not in EVALUATED_SUBRESOURCES:
+        return decision  # rules never match other subresources (pods/exec, */scale, */status)
     kind = admission.kind or str(subject.get("kind", ""))
     candidates = ruleset.candidates(kind, admission.operation)
     if not candidates:
@@ -100,6 +106,7 @@ class _Run:
         budget = limits.time_budget
         self.deadline = None if budget is None else time.perf_counter() + budget
         self._largest: int | None = None  # the largest collection in the object, measured once
+        self._old_run: _Run | None = None  # the same rules on oldObject, for ratcheting (UPDATE)
 
     # -- targets ---------------------------------------------------------------------------------
     def targets(self, rule: Rule) -> list[Target]:
@@ -156,12 +163,50 @@ class _Run:
             except RuleError as error:
                 self._error(rule, target, entry, str(error))
                 continue
+            if messages and self._ratchets(rule):
+                already = self._old_messages(rule, target)
+                messages = [m for m in messages if m not in already]
             if not messages:
                 entry.result = "pass"
                 continue
             entry.result = "fail"
             entry.message = "; ".join(messages)
             self._record(rule, target, entry.message)
+
+    # -- ratcheting ------------------------------------------------------------------------------
+    def _ratchets(self, rule: Rule) -> bool:
+        """Kubernetes ratchets CRD validation on UPDATE (KEP-4008, stable in 1.33): an error on a
+        field the update did not change is not reported. Per rule here: a Deny rule denies on UPDATE
+        only the messages the old object did not already produce. Otherwise an UPDATE that only
+        removes Kueue's scheduling gate, or adds a finalizer, is denied for what the pod already was
+        (a namespace label changed since), and the pod stays gated forever.
+        """
+        return (
+            rule.ratcheting
+            and rule.action == Action.DENY
+            and self.admission.operation == "UPDATE"
+            and isinstance(self.admission.old_object, dict)
+        )
+
+    def _old_messages(self, rule: Rule, target: Target) -> set[str]:
+        """The messages this rule gives the old object's target of the same name (none if it errs)."""
+        if self._old_run is None:
+            old = replace(self.admission, object=self.admission.old_object, old_object=None)
+            self._old_run = _Run(self.ruleset, old, Decision(), self.mode, False, self.limits)
+        run = self._old_run
+        assert rule.validate is not None
+        for old_target in run.targets(rule):
+            if old_target.description != target.description:
+                continue
+            try:
+                if run._mismatch(rule, old_target) is not None:
+                    return set()
+                result = run._eval(rule, old_target, rule.validate.expression)
+                messages = [run._message(rule, old_target)] if result is False else _failures(result)
+            except RuleError:
+                return set()
+            return set(messages or ())
+        return set()
 
     # -- helpers ---------------------------------------------------------------------------------
     def _match(self, rule: Rule, target: Target) -> RuleTrace | None:

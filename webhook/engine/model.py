@@ -123,6 +123,8 @@ class Rule:
     needs_namespace: bool
     source: SourceLocation
     references: frozenset[str] = frozenset()  # variables its expressions read (what to compute for it)
+    # On UPDATE a Deny denies only messages the old object did not already produce (evaluate.py)
+    ratcheting: bool = True
 
 
 @dataclass(frozen=True, slots=True)
