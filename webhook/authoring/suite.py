@@ -144,6 +144,7 @@ def admission(case: Mapping[str, Any], base: Path | str) -> AdmissionInput:
         namespace=case.get("namespace") or metadata.get("namespace") or "default",
         namespace_object=namespace_object,
         user_info=case.get("userInfo") or {"username": "gpu-webhook-test"},
+        cluster_objects=case.get("clusterObjects"),
     )
 
 

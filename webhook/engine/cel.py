@@ -35,6 +35,7 @@ VARIABLES = (
     "containers",
     "target",
     "priorityClasses",  # name -> {value, preemptionPolicy, globalDefault}; null when unknown
+    "defaultPriorityClass",  # the globalDefault class's name, '' when none, null when unknown
     "deviceClaims",  # the target's DRA pod claims, resolved (resources.Accelerators.claim_summary)
 )
 # Values computed in Python for the target being evaluated, read by the rewritten helpers.

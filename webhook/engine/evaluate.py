@@ -31,6 +31,7 @@ from .model import (
     RuleTrace,
     Target,
     Violation,
+    default_priority_class,
 )
 from .mutate import MutationContext, MutationError
 from .patch import PatchConflict, Patcher
@@ -107,6 +108,7 @@ class _Run:
         self.deadline = None if budget is None else time.perf_counter() + budget
         self._largest: int | None = None  # the largest collection in the object, measured once
         self._old_run: _Run | None = None  # the same rules on oldObject, for ratcheting (UPDATE)
+        self._default_class: str | None = None
 
     # -- targets ---------------------------------------------------------------------------------
     def targets(self, rule: Rule) -> list[Target]:
@@ -345,6 +347,7 @@ class _Run:
             "targetGpuCount": facts.gpus,
             "accelerators": self.ruleset.env.accelerator_table,
             "priorityClasses": self.admission.priority_classes,
+            "defaultPriorityClass": self._default_priority_class(),
         }
         if "deviceClaims" in references:
             variables["deviceClaims"] = [claim for claims in facts.claims for claim in claims.items]
@@ -353,6 +356,14 @@ class _Run:
         if "quantities" in references:
             variables["quantities"] = facts.quantities()
         return self.ruleset.env.activation(variables)
+
+    def _default_priority_class(self) -> str | None:
+        classes = self.admission.priority_classes
+        if classes is None:
+            return None
+        if self._default_class is None:
+            self._default_class = default_priority_class(classes) or ""
+        return self._default_class
 
     def _message(self, rule: Rule, target: Target) -> str:
         validation = rule.validate

@@ -6,7 +6,7 @@ RuleSet can be shared by concurrent requests and swapped atomically on reload.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -195,13 +195,16 @@ class AdmissionInput:
         priority_classes: Mapping[str, Mapping[str, Any]] | None = None,
         resource_claims: Mapping[str, Mapping[str, Any]] | None = None,
         resource_claim_templates: Mapping[str, Mapping[str, Any]] | None = None,
+        cluster_objects: Iterable[Any] | None = None,
     ) -> AdmissionInput:
         """An admission as the apiserver would send it for `obj`, for doors that have no AdmissionRequest.
 
         `namespace` defaults to the object's metadata.namespace; `request` carries the same fields
         as an AdmissionRequest (kind, resource-free; name, namespace, operation, userInfo, dryRun).
         Cluster context the door has (PriorityClasses, DRA claims and templates of the namespace)
-        goes in as the fields of the same names; None means "unknown", as in the server.
+        goes in as the fields of the same names; None means "unknown", as in the server. Or give
+        `cluster_objects`, the objects as read from files (PriorityClass, ResourceClaim,
+        ResourceClaimTemplate; others are ignored): the fields are made from them (cluster_context).
         """
         subject = obj if obj is not None else old_object
         if namespace is None:
@@ -209,6 +212,12 @@ class AdmissionInput:
             found = metadata.get("namespace") if isinstance(metadata, Mapping) else None
             namespace = found if isinstance(found, str) and found else None
         request = offline_request(subject, operation, namespace, user_info, dry_run)
+        if cluster_objects is not None:
+            found = cluster_context(cluster_objects, namespace)
+            priority_classes = priority_classes if priority_classes is not None else found.priority_classes
+            resource_claims = resource_claims if resource_claims is not None else found.resource_claims
+            if resource_claim_templates is None:
+                resource_claim_templates = found.resource_claim_templates
         return cls(
             object=obj,
             old_object=old_object,
@@ -231,6 +240,34 @@ class AdmissionInput:
     def subject(self) -> dict[str, Any] | None:
         """The object rules look at: the new one, or on DELETE the old one."""
         return self.object if self.object is not None else self.old_object
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterContext:
+    priority_classes: dict[str, dict[str, Any]] | None
+    resource_claims: dict[str, Any]
+    resource_claim_templates: dict[str, Any]
+
+
+def cluster_context(objects: Iterable[Any], namespace: str | None) -> ClusterContext:
+    """The cluster context an offline door can give from objects it read: PriorityClasses (None when
+    there are none: the door does not know the cluster's classes), and the ResourceClaims and
+    ResourceClaimTemplates (resource.k8s.io, any version) of `namespace`, by name."""
+    objects = [o for o in objects if isinstance(o, Mapping)]
+    classes = [o for o in objects if o.get("kind") == "PriorityClass"]
+    claims: dict[str, Any] = {}
+    templates: dict[str, Any] = {}
+    for obj in objects:
+        kind = obj.get("kind")
+        if kind not in ("ResourceClaim", "ResourceClaimTemplate"):
+            continue
+        if not str(obj.get("apiVersion", "")).startswith("resource.k8s.io/"):
+            continue
+        metadata = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+        if (metadata.get("namespace") or namespace) != namespace or not isinstance(metadata.get("name"), str):
+            continue
+        (claims if kind == "ResourceClaim" else templates)[metadata["name"]] = obj
+    return ClusterContext(priority_class_table(classes) if classes else None, claims, templates)
 
 
 def priority_class_table(objects: Any) -> dict[str, dict[str, Any]]:

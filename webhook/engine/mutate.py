@@ -221,9 +221,13 @@ class SetPodField:
                 continue
             ctx.patcher.set((*spec_path, self.field), value)
             if self.field == "priorityClassName" and ctx.target.is_pod:
-                # The Priority plugin already resolved spec.priority for the old class (0 for none);
-                # it recomputes it after us only if we remove it.
+                # The Priority plugin already resolved spec.priority and spec.preemptionPolicy for the
+                # old class (0 and PreemptLowerPriority for none); it recomputes them after us only if
+                # we remove them, and rejects a pod whose values differ from the new class's
+                # (plugin/pkg/admission/priority/admission.go: "the string value of PreemptionPolicy
+                # (...) must not be provided in pod spec").
                 ctx.patcher.remove((*spec_path, "priority"))
+                ctx.patcher.remove((*spec_path, "preemptionPolicy"))
 
 
 @dataclass(frozen=True, slots=True)

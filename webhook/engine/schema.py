@@ -215,6 +215,12 @@ TEST_SCHEMA: dict[str, Any] = {
                             "namespace": {"type": "string", "description": "Default: the object's namespace."},
                             "namespaceObject": _OBJECT_OR_FILE,
                             "namespaceObjectFile": {"type": "string"},
+                            "clusterObjects": {
+                                "type": "array",
+                                "items": {"type": "object"},
+                                "description": "Cluster context: PriorityClass, ResourceClaim and "
+                                "ResourceClaimTemplate objects (the latter of the case's namespace).",
+                            },
                             "userInfo": {
                                 "type": "object",
                                 "description": "request.userInfo: username, uid, groups, extra.",
