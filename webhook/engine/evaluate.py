@@ -291,24 +291,22 @@ class _Run:
         if cached is not None and cached.version == version:
             return cached
         pod_specs = [get_path(self.working, path) for path in target.pod_specs]
+        facts = _TargetFacts(version=version, pod_specs=pod_specs, containers=_containers(pod_specs), gpus=0)
         accelerators = self.ruleset.accelerators
-        admission = self.admission
-        claims = [
-            accelerators.pod_claims(spec, admission.resource_claims, admission.resource_claim_templates)
-            for spec in pod_specs
-        ]
-        facts = _TargetFacts(
-            version=version, pod_specs=pod_specs, containers=_containers(pod_specs), gpus=0, claims=claims
-        )
         if (
             cached is not None
             and self.patcher is not None
             and not _edits_containers(self.patcher.operations[cached.version :], target)
         ):
-            facts.gpus = cached.gpus
+            facts.gpus, facts.claims = cached.gpus, cached.claims
             facts._container_gpus, facts._quantities = cached._container_gpus, cached._quantities
         else:
-            facts.gpus = sum(accelerators.pod_count(spec, c) for spec, c in zip(pod_specs, claims, strict=True))
+            admission = self.admission
+            facts.claims = [
+                accelerators.pod_claims(spec, admission.resource_claims, admission.resource_claim_templates)
+                for spec in pod_specs
+            ]
+            facts.gpus = sum(accelerators.pod_count(s, c) for s, c in zip(pod_specs, facts.claims, strict=True))
         self._facts[target.root] = facts
         return facts
 
@@ -542,8 +540,8 @@ def _edits_containers(operations: list[dict[str, Any]], target: Target) -> bool:
     specs = [to_pointer(path) + "/" for path in target.pod_specs]
     for operation in operations:
         path = operation["path"]
-        if "ontainers" in path or any(spec.startswith(path + "/") for spec in specs):
-            return True  # into (init)containers, or an ancestor of the pod spec replaced
+        if "ontainers" in path or "resourceClaims" in path or any(spec.startswith(path + "/") for spec in specs):
+            return True  # into (init)containers or DRA claims, or an ancestor of the pod spec replaced
     return False
 
 
