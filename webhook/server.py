@@ -164,14 +164,18 @@ def _admission_handler(phase: Phase, endpoint: str) -> Callable[[web.Request], A
         namespace_object = None
         if namespaces is not None and review.namespace:
             namespace_object = namespaces.get(review.namespace)
-            if namespace_object is None:  # created after the watch broke, or not delivered yet
-                namespace_object = await namespaces.lookup(review.namespace)
+            lookup = getattr(namespaces, "lookup", None)  # getattr: simpler sources (tests) have only get()
+            if namespace_object is None and lookup is not None:
+                # created after the watch broke, or not delivered yet: one bounded GET, cached
+                namespace_object = await lookup(review.namespace)
         admission = review.to_input(namespace_object)
         if namespaces is not None:
-            namespaces.fill(admission)
+            fill = getattr(namespaces, "fill", None)
+            if fill is not None:
+                fill(admission)  # PriorityClasses, DRA claims: dict reads
             resolve = getattr(namespaces, "resolve_claims", None)
             if resolve is not None and review.kind == "Pod":
-                await resolve(admission)  # claims a tenant pod names, GET on a miss (bounded)
+                await resolve(admission)  # the claims a pod names, GET on a miss (bounded)
         try:
             decision = evaluate(
                 ruleset,
@@ -267,7 +271,8 @@ def readiness(state: ServerState) -> tuple[bool, dict[str, Any]]:
         # until the first list, rules that read namespaceObject fall back to onMissingContext;
         # a stale watch is reported (and counted) but keeps the replica ready: failing every
         # replica's readiness at once would turn a quiet watch into a cluster-wide outage
-        detail["namespaces"] = {"synced": state.namespaces.synced, "caches": state.namespaces.detail()}
+        caches = getattr(state.namespaces, "detail", dict)()
+        detail["namespaces"] = {"synced": state.namespaces.synced, "caches": caches}
         ready = ready and state.namespaces.synced
     if state.certs is not None:
         detail["certificate"] = {
@@ -359,7 +364,7 @@ class Server:
         if self.state.namespaces is not None:
             self.state.namespaces.start()
             self.metrics.namespaces_synced.set_function(lambda: float(self.state.namespaces.synced))
-            for cache_name in self.state.namespaces.detail():
+            for cache_name in getattr(self.state.namespaces, "detail", dict)():
                 self.metrics.watch_stale.labels(cache_name).set_function(
                     lambda c=cache_name: float(bool(self.state.namespaces.detail().get(c, {}).get("stale")))
                 )

@@ -107,3 +107,37 @@ def test_other_subresources_are_still_not_evaluated(pack: RuleSet) -> None:
         debug(pod, privileged=True), operation="UPDATE", old_object=pod, namespace_object=TENANT, sub_resource="status"
     )
     assert evaluate(pack, update).allowed
+
+
+async def test_kubectl_debug_reaches_the_rules_through_the_server(cert_dir: Path, rules_dir: Path) -> None:
+    """An AdmissionReview for pods/ephemeralcontainers, as the apiserver sends it: kind Pod, UPDATE."""
+    import aiohttp
+
+    from tests.support import LiveServer, client_ssl, make_review, start_server
+
+    class Tenants:  # the namespace source: team-a is a tenant
+        synced = True
+
+        def get(self, name: str) -> dict[str, Any] | None:
+            return TENANT if name == "team-a" else None
+
+        def start(self) -> None: ...
+
+        def stop(self, timeout: float = 5.0) -> None: ...
+
+    server = await start_server(cert_dir, rules_dir, namespaces=Tenants())
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ssl(cert_dir))) as session:
+            live = LiveServer(server, session)
+            pod = gpu_pod()
+            review = make_review(debug(pod, privileged=True), operation="UPDATE", old=pod)
+            review["request"]["subResource"] = "ephemeralcontainers"
+            review["request"]["resource"]["resource"] = "pods"
+            answer = await live.review("validate", review)
+            assert answer["response"]["allowed"] is False
+            assert "no-privileged-in-tenants" in answer["response"]["status"]["message"]
+            review = make_review(debug(pod), operation="UPDATE", old=pod)
+            review["request"]["subResource"] = "ephemeralcontainers"
+            assert (await live.review("validate", review))["response"]["allowed"] is True
+    finally:
+        await server.stop()

@@ -82,6 +82,7 @@ class ClaimTemplateCache(WatchCache):
 
 class ClaimCache(WatchCache):
     kind = "resourceclaim"
+    keep_status = False  # one claim per DRA pod: keep the spec, not the allocation
 
     def __init__(self, api_client: client.ApiClient, **options: Any) -> None:
         api = client.ResourceV1Api(api_client)

@@ -55,6 +55,7 @@ class WatchCache:
     """
 
     kind = "object"
+    keep_status = True  # False: drop `status` too (DRA claims: allocation results no rule reads)
 
     def __init__(
         self,
@@ -175,7 +176,7 @@ class WatchCache:
     def _read(self, name: str, namespace: str) -> dict[str, Any]:
         assert self._read_call is not None
         response = self._read_call(name, namespace)
-        return _trim(orjson.loads(response.data))
+        return _trim(orjson.loads(response.data), self.keep_status)
 
     # -- life cycle ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -230,7 +231,7 @@ class WatchCache:
         body = orjson.loads(response.data)
         items: dict[str, dict[str, dict[str, Any]]] = {}
         for item in body.get("items") or []:
-            obj = _trim(item)
+            obj = _trim(item, self.keep_status)
             metadata = obj["metadata"]
             items.setdefault(metadata.get("namespace") or "", {})[metadata["name"]] = obj
         self._items = items
@@ -273,7 +274,7 @@ class WatchCache:
         version = metadata.get("resourceVersion")
         namespace = metadata.get("namespace") or ""
         if kind in ("ADDED", "MODIFIED"):
-            self._items.setdefault(namespace, {})[metadata["name"]] = _trim(obj)
+            self._items.setdefault(namespace, {})[metadata["name"]] = _trim(obj, self.keep_status)
         elif kind == "DELETED":
             self._items.get(namespace, {}).pop(metadata.get("name"), None)
         elif kind != "BOOKMARK":
@@ -291,11 +292,13 @@ class WatchCache:
 _EMPTY: dict[str, dict[str, Any]] = {}
 
 
-def _trim(obj: dict[str, Any]) -> dict[str, Any]:
+def _trim(obj: dict[str, Any], keep_status: bool = True) -> dict[str, Any]:
     """managedFields is most of an object's bytes and no rule reads it."""
     metadata = obj.get("metadata")
     if isinstance(metadata, dict):
         metadata.pop("managedFields", None)
+    if not keep_status:
+        obj.pop("status", None)
     return obj
 
 
