@@ -162,7 +162,12 @@ class WatchCache:
             obj = await asyncio.to_thread(self._read, name, namespace)
         except ApiException as error:
             if error.status == 404:
-                self._missing[(namespace, name)] = time.monotonic() + self._negative_ttl
+                now = time.monotonic()
+                if len(self._missing) > _MAX_MISSING:  # names a tenant made up: keep the map bounded
+                    self._missing = {k: until for k, until in self._missing.items() if until > now}
+                    if len(self._missing) > _MAX_MISSING:
+                        self._missing.clear()
+                self._missing[(namespace, name)] = now + self._negative_ttl
             else:
                 log.warning("%s cache: GET %s/%s: %s", self.kind, namespace, name, _describe(error))
             return None
@@ -290,6 +295,7 @@ class WatchCache:
 
 
 _EMPTY: dict[str, dict[str, Any]] = {}
+_MAX_MISSING = 10_000
 
 
 def _trim(obj: dict[str, Any], keep_status: bool = True) -> dict[str, Any]:
