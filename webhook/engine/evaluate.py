@@ -141,6 +141,8 @@ class _Run:
                 # an activation only if a mutation has CEL, of the working copy as it then is
                 evaluate=lambda expression, r=rule, t=target: self._eval(r, t, expression),
                 accelerators=self.ruleset.accelerators,
+                sub_resource=self.admission.sub_resource,
+                uses_accelerator_claims=lambda container, t=target: self._uses_accelerator_claims(t, container),
             )
             try:
                 for mutation in rule.mutations:
@@ -309,6 +311,12 @@ class _Run:
             facts.gpus = sum(accelerators.pod_count(s, c) for s, c in zip(pod_specs, facts.claims, strict=True))
         self._facts[target.root] = facts
         return facts
+
+    def _uses_accelerator_claims(self, target: Target, container: Mapping[str, Any]) -> bool:
+        accelerators = self.ruleset.accelerators
+        return any(
+            accelerators.container_uses_accelerator_claims(container, c) for c in self._target_facts(target).claims
+        )
 
     def _gpus(self, target: Target) -> int:
         return self._target_facts(target).gpus

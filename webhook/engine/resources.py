@@ -201,6 +201,24 @@ class Accelerators:
                 total += claim["devices"]
         return total
 
+    def container_uses_accelerator_claims(self, container: Mapping[str, Any], claims: PodClaims) -> bool:
+        """Whether a container names an accelerator claim (or request), or a claim that is not resolved."""
+        resources = container.get("resources")
+        used = resources.get("claims") if isinstance(resources, Mapping) else None
+        if not isinstance(used, list) or not claims.items:
+            return False
+        by_name = claims.by_name
+        for reference in used:
+            claim = by_name.get(str(reference.get("name", ""))) if isinstance(reference, Mapping) else None
+            if claim is None:
+                continue
+            if not claim["known"]:
+                return True
+            request = reference.get("request")
+            if claim["requests"].get(request, 0) > 0 if isinstance(request, str) and request else claim["devices"] > 0:
+                return True
+        return False
+
 
 @dataclass(frozen=True, slots=True)
 class PodClaims:
