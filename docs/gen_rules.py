@@ -59,6 +59,15 @@ def _pod(name: str, resources: dict[str, Any] | None = None, **spec: Any) -> dic
     }
 
 
+def _claim_template(name: str, request: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": "team-a"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": request}]}}},
+    }
+
+
 GPU = {
     "requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"},
     "limits": {"memory": "16Gi", "nvidia.com/gpu": "1"},
@@ -95,6 +104,21 @@ SCENARIOS: dict[str, Scenario] = {
     "cpu-pods-off-gpu-nodes": Scenario(
         "a CPU-only pod in a tenant namespace that tolerates the GPU taint",
         lambda: _pod("etl", {"requests": {"cpu": "2"}}, tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}]),
+        _namespace("team-a", TENANT),
+    ),
+    "dra-claim-limits": Scenario(
+        "a tenant ResourceClaimTemplate asking for every GPU of a node (allocationMode: All)",
+        lambda: _claim_template("whole-node", {"deviceClassName": "gpu.nvidia.com", "allocationMode": "All"}),
+        _namespace("team-a", TENANT),
+    ),
+    "dra-device-classes-allowed": Scenario(
+        "a tenant ResourceClaimTemplate for GPU passthrough (vfio.gpu.nvidia.com)",
+        lambda: _claim_template("vm-gpu", {"deviceClassName": "vfio.gpu.nvidia.com"}),
+        _namespace("team-a", TENANT),
+    ),
+    "dra-pod-claims-resolvable": Scenario(
+        "a tenant pod naming a ResourceClaimTemplate that does not exist",
+        lambda: _pod("sneaky", None, resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "nowhere"}]),
         _namespace("team-a", TENANT),
     ),
     "gpu-container-resources": Scenario("examples/job-finetune.yaml", lambda: _example("job-finetune.yaml")),

@@ -26,7 +26,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from webhook.admission import ReviewError, build_response, error_response, parse_review
 from webhook.certs import CERT_FILE, KEY_FILE
 from webhook.engine import Mode, Phase, evaluate
-from webhook.engine.model import Limits
+from webhook.engine.model import AdmissionInput, Limits
 from webhook.metrics import Metrics
 from webhook.reload import CertificateStore, RuleStore, watch
 
@@ -38,12 +38,23 @@ CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 
 
 class NamespaceSource(Protocol):
-    """Answers `get(name)` from memory: the namespace watch cache (webhook.kube) in a cluster."""
+    """Answers `get(name)` from memory: the cluster's watch caches (webhook.kube) in a cluster.
+
+    `lookup` is the one I/O a request may wait for: a namespace the watch has not delivered is
+    fetched once (bounded, shared, cached) before deciding. `fill` adds the rest of the cluster
+    context (PriorityClasses, DRA claims) to the engine's input from memory. (i11-engine)
+    """
 
     @property
     def synced(self) -> bool: ...
 
     def get(self, name: str) -> dict[str, Any] | None: ...
+
+    async def lookup(self, name: str) -> dict[str, Any] | None: ...
+
+    def fill(self, admission: AdmissionInput) -> None: ...
+
+    def detail(self) -> dict[str, Any]: ...
 
     def start(self) -> None: ...
 
@@ -149,13 +160,26 @@ def _admission_handler(phase: Phase, endpoint: str) -> Callable[[web.Request], A
         if ruleset is None:
             state.metrics.rejected.labels("503").inc()
             return _problem(503, "no rule set loaded yet")
-        namespace_object = (
-            state.namespaces.get(review.namespace) if state.namespaces is not None and review.namespace else None
-        )
+        namespaces = state.namespaces
+        namespace_object = None
+        if namespaces is not None and review.namespace:
+            namespace_object = namespaces.get(review.namespace)
+            lookup = getattr(namespaces, "lookup", None)  # getattr: simpler sources (tests) have only get()
+            if namespace_object is None and lookup is not None:
+                # created after the watch broke, or not delivered yet: one bounded GET, cached
+                namespace_object = await lookup(review.namespace)
+        admission = review.to_input(namespace_object)
+        if namespaces is not None:
+            fill = getattr(namespaces, "fill", None)
+            if fill is not None:
+                fill(admission)  # PriorityClasses, DRA claims: dict reads
+            resolve = getattr(namespaces, "resolve_claims", None)
+            if resolve is not None and review.kind == "Pod":
+                await resolve(admission)  # the claims a pod names, GET on a miss (bounded)
         try:
             decision = evaluate(
                 ruleset,
-                review.to_input(namespace_object),
+                admission,
                 phase=phase,
                 mode=state.config.mode,
                 trace=log.isEnabledFor(logging.DEBUG),
@@ -244,8 +268,11 @@ def readiness(state: ServerState) -> tuple[bool, dict[str, Any]]:
     }
     ready = rules.ruleset is not None and not state.stopping
     if state.namespaces is not None:
-        # until the first list, rules that read namespaceObject fall back to onMissingContext
-        detail["namespaces"] = {"synced": state.namespaces.synced}
+        # until the first list, rules that read namespaceObject fall back to onMissingContext;
+        # a stale watch is reported (and counted) but keeps the replica ready: failing every
+        # replica's readiness at once would turn a quiet watch into a cluster-wide outage
+        caches = getattr(state.namespaces, "detail", dict)()
+        detail["namespaces"] = {"synced": state.namespaces.synced, "caches": caches}
         ready = ready and state.namespaces.synced
     if state.certs is not None:
         detail["certificate"] = {
@@ -337,6 +364,10 @@ class Server:
         if self.state.namespaces is not None:
             self.state.namespaces.start()
             self.metrics.namespaces_synced.set_function(lambda: float(self.state.namespaces.synced))
+            for cache_name in getattr(self.state.namespaces, "detail", dict)():
+                self.metrics.watch_stale.labels(cache_name).set_function(
+                    lambda c=cache_name: float(bool(self.state.namespaces.detail().get(c, {}).get("stale")))
+                )
         log.info(
             "serving",
             extra={"address": f"https://{config.host}:{self.port}", "mode": str(config.mode), "rules": config.rules},

@@ -46,7 +46,9 @@ def test_json_on_stdin_is_read_as_yaml(run):
 def test_streams_one_document_at_a_time(tmp_path):
     # the first object comes out before the broken third document is even parsed
     path = tmp_path / "m.yaml"
-    path.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: b}\n---\n: : [\n")
+    path.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: b}\n---\n: : [\n"
+    )
     stream = read_manifests([str(path)])
     assert next(stream).object["metadata"]["name"] == "a"
     assert next(stream).object["metadata"]["name"] == "b"

@@ -186,3 +186,18 @@ def test_update_that_leaves_the_spec_alone_is_not_sent(conditions: dict) -> None
 def test_validating_webhook_sees_cpu_pods(conditions: dict) -> None:
     for obj in workloads(CPU_SPEC).values():
         assert all(evaluate(conditions, which, obj) for which in conditions if which[0] == "vali")
+
+
+def dra_spec(claims: list[dict[str, Any]]) -> dict[str, Any]:
+    spec = copy.deepcopy(CPU_SPEC)
+    spec["resourceClaims"] = claims
+    spec["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]} if claims else {}
+    return spec
+
+
+@pytest.mark.parametrize("kind", list(workloads(CPU_SPEC)))
+def test_dra_objects_of_every_kind_are_sent(conditions: dict, kind: str) -> None:
+    """DRA (GA in 1.34): the apiserver cannot see a claim's DeviceClass, so every pod spec with claims is sent."""
+    spec = dra_spec([{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}])
+    assert sends(conditions, workloads(spec)[kind])
+    assert not sends(conditions, workloads(dra_spec([]))[kind])  # an empty list asks for nothing

@@ -130,6 +130,11 @@ def test_base_rbac_is_read_only_and_minimal(rendered: dict) -> None:
     assert roles[0]["rules"] == [
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims", "resourceclaimtemplates"],
+            "verbs": ["get", "list", "watch"],
+        },
     ]
     assert not by_kind(rendered["enforce"], "Role")
 

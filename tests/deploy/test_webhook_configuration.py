@@ -14,6 +14,7 @@ from webhook.engine import load_rules
 
 KUEUE = "kueue-mutating-webhook-configuration"
 EXCLUDED = {"kube-system", "gpu-webhook"}
+TENANT_LABEL = "gpu-webhook.io/tenant"
 WORKLOAD_GROUPS = {"", "apps", "batch", "jobset.x-k8s.io", "kubeflow.org", "ray.io", "leaderworkerset.x-k8s.io"}
 
 
@@ -37,16 +38,18 @@ def test_common_webhook_fields(rendered: dict, overlay: str) -> None:
             "path": "/mutate" if kind.startswith("Mutating") else "/validate",
             "port": 443,
         }
-        expressions = webhook["namespaceSelector"]["matchExpressions"]
-        assert [(e["key"], e["operator"], set(e["values"])) for e in expressions] == [
-            ("kubernetes.io/metadata.name", "NotIn", EXCLUDED)
+        expressions = [
+            (e["key"], e["operator"], set(e["values"])) for e in webhook["namespaceSelector"]["matchExpressions"]
         ]
+        assert expressions[0] == ("kubernetes.io/metadata.name", "NotIn", EXCLUDED)
+        assert all(key == TENANT_LABEL and values == {"true"} for key, _, values in expressions[1:])
         groups = {g for rule in webhook["rules"] for g in rule["apiGroups"]}
-        assert groups == WORKLOAD_GROUPS
+        assert WORKLOAD_GROUPS <= groups <= WORKLOAD_GROUPS | {"resource.k8s.io"}  # DRA claims: validating
         for rule in webhook["rules"]:
             assert rule["operations"] == ["CREATE", "UPDATE"]
             assert rule["scope"] == "Namespaced"
-            assert not any("/" in r or "*" in r for r in rule["resources"])  # no subresources
+            # the one subresource rules see: kubectl debug's ephemeral containers (KEP-277)
+            assert all(r == "pods/ephemeralcontainers" or not ("/" in r or "*" in r) for r in rule["resources"])
 
 
 @pytest.mark.parametrize(("overlay", "policy"), [("audit", "Ignore"), ("enforce", "Fail")])
@@ -78,7 +81,23 @@ def test_every_mutating_rule_is_gpu_only() -> None:
     mutating = [r for r in ruleset.rules if r.mutations]
     assert mutating
     for rule in mutating:
-        assert rule.match.gpu is True, f"{rule.name} mutates non-GPU objects: widen the mutating matchConditions"
+        # the second mutating entry sends every object of tenant namespaces
+        tenant_only = rule.match.namespace_selector is not None and (TENANT_LABEL, "true") in (
+            rule.match.namespace_selector.match_labels
+        )
+        assert rule.match.gpu is True or tenant_only, f"{rule.name} mutates non-GPU objects outside tenants"
+
+
+def test_the_two_mutating_entries_split_namespaces_by_the_tenant_label(rendered: dict) -> None:
+    entries = one(rendered["enforce"], "MutatingWebhookConfiguration")["webhooks"]
+    tenant_selector = [
+        [(e["key"], e["operator"]) for e in w["namespaceSelector"]["matchExpressions"] if e["key"] == TENANT_LABEL]
+        for w in entries
+    ]
+    assert tenant_selector == [[(TENANT_LABEL, "NotIn")], [(TENANT_LABEL, "In")]]  # disjoint: no double mutation
+    # tenants: every pod (NVIDIA_VISIBLE_DEVICES=void goes into GPU-less ones) and kubectl debug
+    assert [c["name"] for c in entries[1]["matchConditions"]] == ["spec-changed"]
+    assert "pods/ephemeralcontainers" in entries[1]["rules"][0]["resources"]
 
 
 def test_some_validating_rule_needs_cpu_only_pods() -> None:

@@ -87,3 +87,39 @@ def test_per_container_helpers_allocate_nothing_that_stays(env: CelEnvironment, 
         tracemalloc.stop()
     # before: 1.5 MB (every container's resources map, every resource name); now nothing calls Python
     assert growth < 100_000, growth
+
+
+PYTORCH_RULE = """\
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: per-container}
+spec:
+  action: Warn
+  match: {kinds: [PyTorchJob], operations: [CREATE]}
+  validate:
+    expression: "containers.map(c, c.name + '=' + string(containerGpuCount(c)))"
+"""
+
+
+def test_same_container_name_in_several_templates_counts_each_its_own(tmp_path) -> None:
+    """Every Kubeflow replica's container is named `pytorch`: the Master must not get the Worker's count."""
+    from webhook.engine import AdmissionInput, evaluate, load_rules
+
+    (tmp_path / "r.yaml").write_text(PYTORCH_RULE)
+    ruleset = load_rules(tmp_path).require()
+
+    def replica(gpus: int) -> dict[str, Any]:
+        container = {"name": "pytorch", "image": "x", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
+        return {"replicas": 1, "template": {"spec": {"containers": [container]}}}
+
+    job = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "llama", "namespace": "t"},
+        "spec": {"pytorchReplicaSpecs": {"Master": replica(1), "Worker": replica(4)}},
+    }
+    decision = evaluate(ruleset, AdmissionInput.offline(job))
+    messages = sorted(decision.warnings[0].message.split("; "))
+    containers = [r["template"]["spec"]["containers"][0] for r in job["spec"]["pytorchReplicaSpecs"].values()]
+    # differential: the rewritten fast path agrees with the Python helper, container by container
+    assert messages == sorted(f"pytorch={DEFAULT.container_count(c)}" for c in containers) == ["pytorch=1", "pytorch=4"]

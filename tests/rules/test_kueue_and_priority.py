@@ -73,7 +73,9 @@ class TestQueueName:
         patch = run(rule_pack("kueue-queue-name"), gpu_pod(ns="ml-research"), ns).patch
         assert patch == [{"op": "add", "path": "/metadata/labels", "value": {"kueue.x-k8s.io/queue-name": "research"}}]
         owned = gpu_pod(ns="ml-research")
-        owned["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "r", "controller": True}]
+        owned["metadata"]["ownerReferences"] = [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "r", "controller": True}
+        ]
         assert run(rule_pack("kueue-queue-name"), owned, ns).patch == []
 
     def test_a_queue_name_longer_than_a_label_value_fails_the_rule(self, rule_pack):

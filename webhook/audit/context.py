@@ -46,6 +46,9 @@ CLUSTER_SCOPED = frozenset(
 )
 
 
+_CLUSTER_CONTEXT_KINDS = frozenset({"PriorityClass", "ResourceClaim", "ResourceClaimTemplate"})
+
+
 class NamespaceContext:
     """Namespace objects by name, and the namespace given to objects that carry none."""
 
@@ -55,9 +58,15 @@ class NamespaceContext:
         self.namespaces: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (namespaces or {}).items()}
         self.default_namespace = default_namespace or DEFAULT_NAMESPACE
         self.taken = 0  # Namespace objects found in the input
+        # PriorityClasses and DRA claims/templates met so far (i11-engine): the cluster context the
+        # server's watches would give (priorityClasses, deviceClaims); they are audited as well
+        self.cluster_objects: list[Mapping[str, Any]] = []
 
     def take(self, obj: Mapping[str, Any]) -> bool:
         """Keep a Namespace object met in the input as context (True); anything else is left alone."""
+        if obj.get("kind") in _CLUSTER_CONTEXT_KINDS:
+            self.cluster_objects.append(obj)
+            return False
         if obj.get("kind") != "Namespace" or str(obj.get("apiVersion", "")) != "v1":
             return False
         name = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), Mapping) else None
@@ -82,6 +91,7 @@ class NamespaceContext:
         namespace: str | None = None,
         namespace_object: dict[str, Any] | None = None,
         user_info: Mapping[str, Any] | None = None,
+        cluster_objects: list[Mapping[str, Any]] | None = None,
     ) -> AdmissionInput:
         """The admission the apiserver would run for `obj` applied with `kubectl apply -n <default>`."""
         namespace = namespace or self.namespace_of(obj if obj is not None else old_object)
@@ -94,6 +104,7 @@ class NamespaceContext:
             namespace=namespace,
             namespace_object=copy.deepcopy(namespace_object) if namespace_object is not None else None,
             user_info=user_info,
+            cluster_objects=cluster_objects if cluster_objects is not None else (self.cluster_objects or None),
         )
 
 

@@ -171,6 +171,7 @@ def admission(case: Mapping[str, Any], base: Path | str) -> AdmissionInput:
         namespace=case.get("namespace"),
         namespace_object=namespace_object,
         user_info=case.get("userInfo") or {"username": "gpu-webhook-test"},
+        cluster_objects=case.get("clusterObjects"),
     )
 
 
@@ -259,7 +260,9 @@ def _check_rule(wanted: Mapping[str, Any], outcome: RuleOutcome | None) -> list[
     result = expectation(outcome)
     messages = list(outcome.messages) if outcome is not None else []
     patch = list(outcome.patch) if outcome is not None else []
-    why = (outcome.reason if outcome is not None else "") or ("kind or operation not matched" if result == "skipped" else "")
+    why = (outcome.reason if outcome is not None else "") or (
+        "kind or operation not matched" if result == "skipped" else ""
+    )
     failures: list[str] = []
     if "result" in wanted and wanted["result"] != result:
         detail = f" ({why})" if why else (f": {'; '.join(messages)}" if messages else "")

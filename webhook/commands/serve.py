@@ -59,7 +59,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--namespaces",
         choices=["auto", "watch", "off"],
         default="auto",
-        help="watch Namespaces for namespaceObject (auto: when in a cluster or given --kubeconfig/--context)",
+        help="watch Namespaces (namespaceObject), PriorityClasses and DRA claims (auto: when in a cluster or "
+        "given --kubeconfig/--context; off: the rules that need them cannot act, and the server says which)",
     )
     parser.add_argument("--kubeconfig", help="kubeconfig for the namespace watch (default: in-cluster)")
     parser.add_argument("--context", help="kubeconfig context for the namespace watch")
@@ -81,17 +82,42 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def _namespace_cache(args: argparse.Namespace) -> NamespaceSource | None:
+    """The cluster's watch caches (namespaces, PriorityClasses, DRA claims), or None without a cluster."""
     wanted = args.namespaces == "watch" or (
         args.namespaces == "auto" and bool(args.kubeconfig or args.context or os.environ.get("KUBERNETES_SERVICE_HOST"))
     )
     if not wanted:
+        _warn_without_context(args)
         return None
-    from webhook.kube import ClusterError, NamespaceCache, connect
+    from webhook.kube import ClusterContext, ClusterError, connect
 
     try:
-        return NamespaceCache(connect(args.kubeconfig, args.context))
+        return ClusterContext(connect(args.kubeconfig, args.context))
     except ClusterError as error:
         raise UsageError(str(error)) from None
+
+
+def _warn_without_context(args: argparse.Namespace) -> None:
+    """Say loudly which rules cannot act without the namespace watch (issue 11: no silent fail-open)."""
+    from webhook.engine import load_rules
+
+    result = load_rules(args.rules or [default_rules_dir()])
+    if result.ruleset is None:
+        return  # the server reports the load errors itself
+    blind = [r for r in result.ruleset.rules if r.needs_namespace]
+    allowing = sorted(r.name for r in blind if r.on_missing_context == "Allow")
+    denying = sorted(r.name for r in blind if r.on_missing_context == "Deny")
+    log.warning(
+        "no namespace watch (--namespaces %s): %d rules that need namespace labels or annotations will not act "
+        "(onMissingContext: Allow): %s; %d will deny every request they match (onMissingContext: Deny): %s; "
+        "PriorityClasses and DRA claims are unknown too (dra-pod-claims-resolvable cannot resolve claims)",
+        args.namespaces,
+        len(allowing),
+        ", ".join(allowing) or "none",
+        len(denying),
+        ", ".join(denying) or "none",
+        extra={"rulesNotActing": allowing, "rulesDenying": denying},
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -34,6 +34,9 @@ VARIABLES = (
     "podSpecs",
     "containers",
     "target",
+    "priorityClasses",  # name -> {value, preemptionPolicy, globalDefault}; null when unknown
+    "defaultPriorityClass",  # the globalDefault class's name, '' when none, null when unknown
+    "deviceClaims",  # the target's DRA pod claims, resolved (resources.Accelerators.claim_summary)
 )
 # Values computed in Python for the target being evaluated, read by the rewritten helpers.
 TARGET_VARIABLES = ("targetGpuCount", "containerGpus", "quantities", "accelerators")
@@ -124,6 +127,10 @@ class CelEnvironment:
             # fallbacks of the rewritten quantity helpers, for strings not found in the pod's resources
             cel.FunctionDecl(
                 celhelpers.QUANTITY_FALLBACK, [cel.Overload("gw_quantity_of", t.DOUBLE, [t.STRING], impl=_quantity)]
+            ),
+            cel.FunctionDecl(
+                celhelpers.CONTAINER_GPU_FALLBACK,
+                [cel.Overload("gw_container_gpu_count_map", t.INT, [spec_map], impl=self._container_count)],
             ),
             cel.FunctionDecl(
                 celhelpers.IS_QUANTITY_FALLBACK,

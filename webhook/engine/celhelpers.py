@@ -7,6 +7,7 @@ millisecond. A long-running server cannot afford either. So, at compile time:
 
     gpuCount(podSpec)        -> targetGpuCount
     containerGpuCount(c)     -> (has((c).name) && (c).name in containerGpus ? containerGpus[(c).name] : 0)
+                                (a name repeated across templates with different counts: -1, then the Python helper)
     isAccelerator(r)         -> ((r) in accelerators.exact || accelerators.prefixes.exists(...))
     quantity('16Gi')         -> 17179869184.0                (folded)
     quantity(x)              -> (string(x) in quantities ? quantities[string(x)] : fallback)
@@ -32,6 +33,7 @@ from .quantity import QuantityError, parse_quantity
 HELPERS = ("gpuCount", "containerGpuCount", "isAccelerator", "quantity", "isQuantity")
 QUANTITY_FALLBACK = "gwQuantityOf"
 IS_QUANTITY_FALLBACK = "gwIsQuantityOf"
+CONTAINER_GPU_FALLBACK = "gwContainerGpuCount"
 _CALL = re.compile(r"(?<![\w.])(" + "|".join(HELPERS) + r")\s*\(")
 _STRING_START = re.compile(r"""[rRbB]{0,2}('''|\"\"\"|'|")""")
 
@@ -127,7 +129,11 @@ def _container_gpu_count(args: list[str], original: str) -> str:
     if len(args) != 1:
         return original
     c = f"({args[0]})"
-    return f"((has({c}.name) && {c}.name in containerGpus) ? containerGpus[{c}.name] : 0)"
+    # -1: the name is not unique across the target's pod specs; the Python helper counts that one
+    return (
+        f"((has({c}.name) && {c}.name in containerGpus) ? "
+        f"(containerGpus[{c}.name] >= 0 ? containerGpus[{c}.name] : {CONTAINER_GPU_FALLBACK}({args[0]})) : 0)"
+    )
 
 
 def _is_accelerator(args: list[str], original: str) -> str:

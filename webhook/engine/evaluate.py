@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -31,14 +31,21 @@ from .model import (
     RuleTrace,
     Target,
     Violation,
+    default_priority_class,
 )
 from .mutate import MutationContext, MutationError
 from .patch import PatchConflict, Patcher
 from .pointer import to_pointer
 from .quantity import quantity_of
-from .resources import Accelerators
+from .resources import NO_CLAIMS, Accelerators, PodClaims
 from .ruleset import RuleSet
 from .workloads import get_path, object_target, pod_template_targets
+
+# pods/ephemeralcontainers (kubectl debug) adds containers to a running pod. Since 1.22 its
+# object is the whole Pod and the operation UPDATE (KEP-277, kubernetes/kubernetes#101034), and
+# the apiserver keeps only spec.ephemeralContainers of what is written to it: rules run on it as
+# on any Pod UPDATE, ratcheting keeps the existing containers from re-denying.
+EVALUATED_SUBRESOURCES = frozenset({"", "ephemeralcontainers"})
 
 
 class RuleError(Exception):
@@ -55,8 +62,8 @@ def evaluate(
 ) -> Decision:
     decision = Decision()
     subject = admission.subject
-    if not isinstance(subject, dict) or admission.sub_resource:
-        return decision  # rules never match subresources (pods/exec, */scale)
+    if not isinstance(subject, dict) or admission.sub_resource not in EVALUATED_SUBRESOURCES:
+        return decision  # rules never match other subresources (pods/exec, */scale, */status)
     kind = admission.kind or str(subject.get("kind", ""))
     candidates = ruleset.candidates(kind, admission.operation)
     if not candidates:
@@ -100,6 +107,8 @@ class _Run:
         budget = limits.time_budget
         self.deadline = None if budget is None else time.perf_counter() + budget
         self._largest: int | None = None  # the largest collection in the object, measured once
+        self._old_run: _Run | None = None  # the same rules on oldObject, for ratcheting (UPDATE)
+        self._default_class: str | None = None
 
     # -- targets ---------------------------------------------------------------------------------
     def targets(self, rule: Rule) -> list[Target]:
@@ -132,6 +141,8 @@ class _Run:
                 # an activation only if a mutation has CEL, of the working copy as it then is
                 evaluate=lambda expression, r=rule, t=target: self._eval(r, t, expression),
                 accelerators=self.ruleset.accelerators,
+                sub_resource=self.admission.sub_resource,
+                uses_accelerator_claims=lambda container, t=target: self._uses_accelerator_claims(t, container),
             )
             try:
                 for mutation in rule.mutations:
@@ -156,12 +167,50 @@ class _Run:
             except RuleError as error:
                 self._error(rule, target, entry, str(error))
                 continue
+            if messages and self._ratchets(rule):
+                already = self._old_messages(rule, target)
+                messages = [m for m in messages if m not in already]
             if not messages:
                 entry.result = "pass"
                 continue
             entry.result = "fail"
             entry.message = "; ".join(messages)
             self._record(rule, target, entry.message)
+
+    # -- ratcheting ------------------------------------------------------------------------------
+    def _ratchets(self, rule: Rule) -> bool:
+        """Kubernetes ratchets CRD validation on UPDATE (KEP-4008, stable in 1.33): an error on a
+        field the update did not change is not reported. Per rule here: a Deny rule denies on UPDATE
+        only the messages the old object did not already produce. Otherwise an UPDATE that only
+        removes Kueue's scheduling gate, or adds a finalizer, is denied for what the pod already was
+        (a namespace label changed since), and the pod stays gated forever.
+        """
+        return (
+            rule.ratcheting
+            and rule.action == Action.DENY
+            and self.admission.operation == "UPDATE"
+            and isinstance(self.admission.old_object, dict)
+        )
+
+    def _old_messages(self, rule: Rule, target: Target) -> set[str]:
+        """The messages this rule gives the old object's target of the same name (none if it errs)."""
+        if self._old_run is None:
+            old = replace(self.admission, object=self.admission.old_object, old_object=None)
+            self._old_run = _Run(self.ruleset, old, Decision(), self.mode, False, self.limits)
+        run = self._old_run
+        assert rule.validate is not None
+        for old_target in run.targets(rule):
+            if old_target.description != target.description:
+                continue
+            try:
+                if run._mismatch(rule, old_target) is not None:
+                    return set()
+                result = run._eval(rule, old_target, rule.validate.expression)
+                messages = [run._message(rule, old_target)] if result is False else _failures(result)
+            except RuleError:
+                return set()
+            return set(messages or ())
+        return set()
 
     # -- helpers ---------------------------------------------------------------------------------
     def _match(self, rule: Rule, target: Target) -> RuleTrace | None:
@@ -205,7 +254,9 @@ class _Run:
         if match.object_selector is not None and not self._object_selected(rule, target):
             return "objectSelector does not match"
         if match.gpu is not None:
-            has_gpus = self._gpus(target) > 0
+            facts = self._target_facts(target)
+            # an unresolved DRA claim counts as an accelerator (resources.py explains why)
+            has_gpus = facts.gpus > 0 or any(c.unresolved for c in facts.claims)
             if has_gpus != match.gpu:
                 return "requests no accelerators (gpu: true)" if match.gpu else "requests accelerators (gpu: false)"
         # an error here is a rule error (the caller applies failurePolicy), never "no match":
@@ -243,17 +294,29 @@ class _Run:
             return cached
         pod_specs = [get_path(self.working, path) for path in target.pod_specs]
         facts = _TargetFacts(version=version, pod_specs=pod_specs, containers=_containers(pod_specs), gpus=0)
+        accelerators = self.ruleset.accelerators
         if (
             cached is not None
             and self.patcher is not None
             and not _edits_containers(self.patcher.operations[cached.version :], target)
         ):
-            facts.gpus = cached.gpus
+            facts.gpus, facts.claims = cached.gpus, cached.claims
             facts._container_gpus, facts._quantities = cached._container_gpus, cached._quantities
         else:
-            facts.gpus = sum(self.ruleset.accelerators.pod_count(spec) for spec in pod_specs)
+            admission = self.admission
+            facts.claims = [
+                accelerators.pod_claims(spec, admission.resource_claims, admission.resource_claim_templates)
+                for spec in pod_specs
+            ]
+            facts.gpus = sum(accelerators.pod_count(s, c) for s, c in zip(pod_specs, facts.claims, strict=True))
         self._facts[target.root] = facts
         return facts
+
+    def _uses_accelerator_claims(self, target: Target, container: Mapping[str, Any]) -> bool:
+        accelerators = self.ruleset.accelerators
+        return any(
+            accelerators.container_uses_accelerator_claims(container, c) for c in self._target_facts(target).claims
+        )
 
     def _gpus(self, target: Target) -> int:
         return self._target_facts(target).gpus
@@ -289,12 +352,24 @@ class _Run:
             "target": target.description,
             "targetGpuCount": facts.gpus,
             "accelerators": self.ruleset.env.accelerator_table,
+            "priorityClasses": self.admission.priority_classes,
+            "defaultPriorityClass": self._default_priority_class(),
         }
+        if "deviceClaims" in references:
+            variables["deviceClaims"] = [claim for claims in facts.claims for claim in claims.items]
         if "containerGpus" in references:
             variables["containerGpus"] = facts.container_gpus(self.ruleset.accelerators)
         if "quantities" in references:
             variables["quantities"] = facts.quantities()
         return self.ruleset.env.activation(variables)
+
+    def _default_priority_class(self) -> str | None:
+        classes = self.admission.priority_classes
+        if classes is None:
+            return None
+        if self._default_class is None:
+            self._default_class = default_priority_class(classes) or ""
+        return self._default_class
 
     def _message(self, rule: Rule, target: Target) -> str:
         validation = rule.validate
@@ -404,16 +479,30 @@ class _TargetFacts:
     pod_specs: list[Any]
     containers: list[Any]
     gpus: int
+    claims: list[PodClaims] = field(default_factory=list)  # per pod spec, in pod_specs order
     _container_gpus: dict[str, int] | None = None
     _quantities: dict[str, float] | None = None
 
     def container_gpus(self, accelerators: Accelerators) -> dict[str, int]:
+        """Container name -> accelerators (extended resources and DRA claims it names).
+
+        Names are unique within a pod spec, not across the templates of one object: every
+        Kubeflow replica's container is called `pytorch`. A name whose containers differ in
+        count maps to -1, and the rewritten containerGpuCount(c) then asks the Python helper
+        for that container (celhelpers.py).
+        """
         if self._container_gpus is None:
-            self._container_gpus = {
-                c["name"]: accelerators.container_count(c)
-                for c in self.containers
-                if isinstance(c, Mapping) and isinstance(c.get("name"), str)
-            }
+            found: dict[str, int] = {}
+            claims_per_spec = self.claims or [NO_CLAIMS] * len(self.pod_specs)
+            for spec, claims in zip(self.pod_specs, claims_per_spec, strict=True):
+                for container in _containers([spec]):
+                    if not isinstance(container, Mapping) or not isinstance(container.get("name"), str):
+                        continue
+                    count = accelerators.container_count(container)
+                    count += accelerators.container_claim_count(container, claims)
+                    name = container["name"]
+                    found[name] = count if found.get(name, count) == count else -1
+            self._container_gpus = found
         return self._container_gpus
 
     def quantities(self) -> dict[str, float]:
@@ -445,7 +534,9 @@ def _containers(pod_specs: list[Any]) -> list[Any]:
     found: list[Any] = []
     for spec in pod_specs:
         if isinstance(spec, Mapping):
-            for field_name in ("initContainers", "containers"):
+            # ephemeral containers (kubectl debug) run on the node as well: rules about what runs
+            # there see them; they cannot request resources (core/v1 EphemeralContainerCommon)
+            for field_name in ("initContainers", "containers", "ephemeralContainers"):
                 value = spec.get(field_name)
                 if isinstance(value, list):
                     found.extend(value)
@@ -457,8 +548,8 @@ def _edits_containers(operations: list[dict[str, Any]], target: Target) -> bool:
     specs = [to_pointer(path) + "/" for path in target.pod_specs]
     for operation in operations:
         path = operation["path"]
-        if "ontainers" in path or any(spec.startswith(path + "/") for spec in specs):
-            return True  # into (init)containers, or an ancestor of the pod spec replaced
+        if "ontainers" in path or "resourceClaims" in path or any(spec.startswith(path + "/") for spec in specs):
+            return True  # into (init)containers or DRA claims, or an ancestor of the pod spec replaced
     return False
 
 

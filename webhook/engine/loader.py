@@ -19,7 +19,7 @@ from jsonschema import Draft202012Validator
 from .cel import CelCompileError, CelEnvironment, CompiledExpression
 from .model import Action, LabelSelector, LoadError, Match, Rule, SourceLocation, Validation
 from .mutate import OPERATIONS, build_mutation
-from .resources import DEFAULT_ACCELERATORS, Accelerators
+from .resources import DEFAULT_ACCELERATORS, DEFAULT_DEVICE_CLASSES, Accelerators
 from .ruleset import RuleSet
 from .schema import API_VERSION, CONFIG_KIND, CONFIG_SCHEMA, POLICY_KIND, POLICY_SCHEMA, TEST_KIND
 from .yamlsource import Document, YamlError, load_documents
@@ -97,6 +97,7 @@ def compile_documents(documents: list[Document], errors: list[LoadError] | None 
     errors = errors if errors is not None else []
     policies: list[Document] = []
     accelerators = list(DEFAULT_ACCELERATORS)
+    device_classes = list(DEFAULT_DEVICE_CLASSES)
     for document in documents:
         data = document.data
         if data is None:
@@ -112,7 +113,9 @@ def compile_documents(documents: list[Document], errors: list[LoadError] | None 
             continue  # test suites live beside the rules; `gpu-webhook test` reads them
         if kind == CONFIG_KIND:
             if _schema_errors(document, _CONFIG_VALIDATOR, errors, None):
-                accelerators = list(data.get("spec", {}).get("acceleratorResources", accelerators))
+                config = data.get("spec") or {}
+                accelerators = list(config.get("acceleratorResources", accelerators))
+                device_classes = list(config.get("acceleratorDeviceClasses", device_classes))
             continue
         if kind != POLICY_KIND or data.get("apiVersion") != API_VERSION:
             errors.append(
@@ -125,7 +128,7 @@ def compile_documents(documents: list[Document], errors: list[LoadError] | None 
             continue
         policies.append(document)
 
-    env = CelEnvironment(Accelerators.from_patterns(accelerators))
+    env = CelEnvironment(Accelerators.from_patterns(accelerators, device_classes))
     rules: list[Rule] = []
     seen: dict[str, SourceLocation] = {}
     for document in policies:
@@ -325,6 +328,7 @@ def _compile_rule_body(document: Document, env: CelEnvironment, errors: list[Loa
         mutations=tuple(mutations),
         params=spec.get("params") or {},
         autogen=spec.get("autogen", True),
+        ratcheting=spec.get("ratcheting", True),
         failure_policy=spec.get("failurePolicy", "Fail"),
         on_missing_context=spec.get("onMissingContext", "Allow"),
         needs_namespace=needs_namespace,

@@ -6,7 +6,7 @@ RuleSet can be shared by concurrent requests and swapped atomically on reload.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -123,6 +123,8 @@ class Rule:
     needs_namespace: bool
     source: SourceLocation
     references: frozenset[str] = frozenset()  # variables its expressions read (what to compute for it)
+    # On UPDATE a Deny denies only messages the old object did not already produce (evaluate.py)
+    ratcheting: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +171,14 @@ class AdmissionInput:
     request: dict[str, Any] = field(default_factory=dict)  # the CEL `request` variable
     kind: str | None = None
     sub_resource: str = ""
+    # Cluster context beyond the namespace (i11-engine). None: unknown to this door.
+    # PriorityClasses by name: {"value": int, "preemptionPolicy": str, "globalDefault": bool}
+    # (priority_class_table() makes it from PriorityClass objects); the CEL `priorityClasses`.
+    priority_classes: Mapping[str, Mapping[str, Any]] | None = None
+    # DRA objects of the request's namespace by name: ResourceClaims and ResourceClaimTemplates
+    # (resource.k8s.io/v1), to resolve a pod's spec.resourceClaims (resources.Accelerators.pod_claims).
+    resource_claims: Mapping[str, Mapping[str, Any]] | None = None
+    resource_claim_templates: Mapping[str, Mapping[str, Any]] | None = None
 
     @classmethod
     def offline(
@@ -181,11 +191,20 @@ class AdmissionInput:
         namespace_object: dict[str, Any] | None = None,
         user_info: Mapping[str, Any] | None = None,
         dry_run: bool = False,
+        sub_resource: str = "",
+        priority_classes: Mapping[str, Mapping[str, Any]] | None = None,
+        resource_claims: Mapping[str, Mapping[str, Any]] | None = None,
+        resource_claim_templates: Mapping[str, Mapping[str, Any]] | None = None,
+        cluster_objects: Iterable[Any] | None = None,
     ) -> AdmissionInput:
         """An admission as the apiserver would send it for `obj`, for doors that have no AdmissionRequest.
 
         `namespace` defaults to the object's metadata.namespace; `request` carries the same fields
         as an AdmissionRequest (kind, resource-free; name, namespace, operation, userInfo, dryRun).
+        Cluster context the door has (PriorityClasses, DRA claims and templates of the namespace)
+        goes in as the fields of the same names; None means "unknown", as in the server. Or give
+        `cluster_objects`, the objects as read from files (PriorityClass, ResourceClaim,
+        ResourceClaimTemplate; others are ignored): the fields are made from them (cluster_context).
         """
         subject = obj if obj is not None else old_object
         if namespace is None:
@@ -193,6 +212,12 @@ class AdmissionInput:
             found = metadata.get("namespace") if isinstance(metadata, Mapping) else None
             namespace = found if isinstance(found, str) and found else None
         request = offline_request(subject, operation, namespace, user_info, dry_run)
+        if cluster_objects is not None:
+            found = cluster_context(cluster_objects, namespace)
+            priority_classes = priority_classes if priority_classes is not None else found.priority_classes
+            resource_claims = resource_claims if resource_claims is not None else found.resource_claims
+            if resource_claim_templates is None:
+                resource_claim_templates = found.resource_claim_templates
         return cls(
             object=obj,
             old_object=old_object,
@@ -201,6 +226,10 @@ class AdmissionInput:
             namespace_object=namespace_object,
             request=request,
             kind=request["kind"]["kind"] or None,
+            sub_resource=sub_resource,
+            priority_classes=priority_classes,
+            resource_claims=resource_claims,
+            resource_claim_templates=resource_claim_templates,
         )
 
     def __post_init__(self) -> None:
@@ -211,6 +240,66 @@ class AdmissionInput:
     def subject(self) -> dict[str, Any] | None:
         """The object rules look at: the new one, or on DELETE the old one."""
         return self.object if self.object is not None else self.old_object
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterContext:
+    priority_classes: dict[str, dict[str, Any]] | None
+    resource_claims: dict[str, Any]
+    resource_claim_templates: dict[str, Any]
+
+
+def cluster_context(objects: Iterable[Any], namespace: str | None) -> ClusterContext:
+    """The cluster context an offline door can give from objects it read: PriorityClasses (None when
+    there are none: the door does not know the cluster's classes), and the ResourceClaims and
+    ResourceClaimTemplates (resource.k8s.io, any version) of `namespace`, by name."""
+    objects = [o for o in objects if isinstance(o, Mapping)]
+    classes = [o for o in objects if o.get("kind") == "PriorityClass"]
+    claims: dict[str, Any] = {}
+    templates: dict[str, Any] = {}
+    for obj in objects:
+        kind = obj.get("kind")
+        if kind not in ("ResourceClaim", "ResourceClaimTemplate"):
+            continue
+        if not str(obj.get("apiVersion", "")).startswith("resource.k8s.io/"):
+            continue
+        metadata = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+        if (metadata.get("namespace") or namespace) != namespace or not isinstance(metadata.get("name"), str):
+            continue
+        (claims if kind == "ResourceClaim" else templates)[metadata["name"]] = obj
+    return ClusterContext(priority_class_table(classes) if classes else None, claims, templates)
+
+
+def priority_class_table(objects: Any) -> dict[str, dict[str, Any]]:
+    """PriorityClass objects (scheduling.k8s.io/v1) -> the `priorityClasses` table the engine reads.
+
+    Fields as the API defines them (k8s.io/api/scheduling/v1 PriorityClass): `value` (int32),
+    `globalDefault` (bool, at most one class), `preemptionPolicy` (PreemptLowerPriority | Never,
+    defaulted to PreemptLowerPriority). Anything that is not a PriorityClass is skipped.
+    """
+    table: dict[str, dict[str, Any]] = {}
+    for obj in objects or ():
+        if not isinstance(obj, Mapping) or obj.get("kind", "PriorityClass") != "PriorityClass":
+            continue
+        metadata = obj.get("metadata")
+        name = metadata.get("name") if isinstance(metadata, Mapping) else None
+        if not isinstance(name, str) or not name:
+            continue
+        value = obj.get("value", 0)
+        table[name] = {
+            "value": value if isinstance(value, int) and not isinstance(value, bool) else 0,
+            "globalDefault": obj.get("globalDefault") is True,
+            "preemptionPolicy": str(obj.get("preemptionPolicy") or "PreemptLowerPriority"),
+        }
+    return table
+
+
+def default_priority_class(table: Mapping[str, Mapping[str, Any]] | None) -> str | None:
+    """The class the Priority admission plugin writes into pods that name none (globalDefault: true)."""
+    for name, entry in (table or {}).items():
+        if entry.get("globalDefault") is True:
+            return name
+    return None
 
 
 def offline_request(

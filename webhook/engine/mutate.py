@@ -36,6 +36,9 @@ class MutationContext:
     accelerators: Accelerators
     # the request's subresource: "ephemeralcontainers" when kubectl debug adds a container
     sub_resource: str = ""
+    # whether a container names a DRA claim of accelerators (or one the engine cannot resolve) in
+    # resources.claims: a GPU container without any nvidia.com/gpu in its resources (i11-engine)
+    uses_accelerator_claims: Callable[[Mapping[str, Any]], bool] = lambda container: False
 
 
 class Mutation(Protocol):
@@ -340,9 +343,13 @@ class SetPodField:
                 continue
             ctx.patcher.set((*spec_path, self.field), value)
             if self.field == "priorityClassName" and ctx.target.is_pod:
-                # The Priority plugin already resolved spec.priority for the old class (0 for none);
-                # it recomputes it after us only if we remove it.
+                # The Priority plugin already resolved spec.priority and spec.preemptionPolicy for the
+                # old class (0 and PreemptLowerPriority for none); it recomputes them after us only if
+                # we remove them, and rejects a pod whose values differ from the new class's
+                # (plugin/pkg/admission/priority/admission.go: "the string value of PreemptionPolicy
+                # (...) must not be provided in pod spec").
                 ctx.patcher.remove((*spec_path, "priority"))
+                ctx.patcher.remove((*spec_path, "preemptionPolicy"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,7 +396,7 @@ class AddEnv:
     def _selects(self, ctx: MutationContext, container: Mapping[str, Any]) -> bool:
         if self.containers == "all":
             return True
-        has_gpu = ctx.accelerators.container_count(container) > 0
+        has_gpu = ctx.accelerators.container_count(container) > 0 or ctx.uses_accelerator_claims(container)
         return has_gpu if self.containers == "gpu" else not has_gpu
 
     def _add(self, ctx: MutationContext, env_path: Path, env: Any) -> None:

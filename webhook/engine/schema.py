@@ -71,6 +71,13 @@ POLICY_SCHEMA: dict[str, Any] = {
                 "failurePolicy": {"enum": ["Fail", "Ignore"], "default": "Fail"},
                 "onMissingContext": {"enum": ["Allow", "Deny"], "default": "Allow"},
                 "autogen": {"type": "boolean", "default": True},
+                "ratcheting": {
+                    "type": "boolean",
+                    "default": True,
+                    "description": "On UPDATE a Deny rule denies only violations the old object did not "
+                    "already have (as Kubernetes ratchets CRD validation, KEP-4008). false: re-check every "
+                    "UPDATE in full.",
+                },
                 "match": {
                     "type": "object",
                     "additionalProperties": False,
@@ -130,7 +137,21 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "spec": {
             "type": "object",
             "additionalProperties": False,
-            "properties": {"acceleratorResources": {"type": "array", "minItems": 1, "items": {"type": "string"}}},
+            "properties": {
+                "acceleratorResources": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {"type": "string"},
+                    "description": "Extended resource names that count as accelerators; `prefix*` patterns.",
+                },
+                "acceleratorDeviceClasses": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "DRA DeviceClass names whose devices count as accelerators; `prefix*` "
+                    "patterns. Default: gpu.nvidia.com, mig.nvidia.com, vfio.gpu.nvidia.com, gpu.amd.com, "
+                    "gpu.intel.com.",
+                },
+            },
         },
     },
 }
@@ -194,6 +215,12 @@ TEST_SCHEMA: dict[str, Any] = {
                             "namespace": {"type": "string", "description": "Default: the object's namespace."},
                             "namespaceObject": _OBJECT_OR_FILE,
                             "namespaceObjectFile": {"type": "string"},
+                            "clusterObjects": {
+                                "type": "array",
+                                "items": {"type": "object"},
+                                "description": "Cluster context: PriorityClass, ResourceClaim and "
+                                "ResourceClaimTemplate objects (the latter of the case's namespace).",
+                            },
                             "userInfo": {
                                 "type": "object",
                                 "description": "request.userInfo: username, uid, groups, extra.",

@@ -64,9 +64,7 @@ class TableReport:
             for name, c in sorted(tally.rules.items())
         ]
         self.out.write(
-            _table(
-                ["RULE", "DENY", "ERROR", "WARN", "AUDIT", "PASS", "SKIPPED", "PATCHED", "GPUS AFFECTED"], rule_rows
-            )
+            _table(["RULE", "DENY", "ERROR", "WARN", "AUDIT", "PASS", "SKIPPED", "PATCHED", "GPUS AFFECTED"], rule_rows)
         )
         self.out.write("\n")
         namespace_rows = [

@@ -1,0 +1,173 @@
+"""The cluster context the server hands the engine, each from its own watch cache (watchcache.py).
+
+- Namespaces: `namespaceObject` (labels, annotations); a miss is looked up (one GET) before deciding.
+- PriorityClasses (scheduling.k8s.io/v1): `priorityClasses` / `defaultPriorityClass`.
+- ResourceClaims and ResourceClaimTemplates (resource.k8s.io/v1, GA in 1.34): what a pod's
+  spec.resourceClaims refer to, so the engine knows whether they are GPUs.
+
+`ClusterContext` is what the server holds: it answers the namespace questions itself and fills
+the rest into the engine's AdmissionInput with dict reads only.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kubernetes import client
+
+from webhook.engine.model import AdmissionInput, priority_class_table
+
+from .watchcache import WatchCache
+
+log = logging.getLogger(__name__)
+
+
+class NamespaceCache(WatchCache):
+    """Namespaces by name; `lookup` GETs one that the watch has not (yet) delivered."""
+
+    kind = "namespace"
+
+    def __init__(self, api_client: client.ApiClient, **options: Any) -> None:
+        api = client.CoreV1Api(api_client)
+        super().__init__(
+            api.list_namespace,
+            read_call=lambda name, _: api.read_namespace(name, _preload_content=False, _request_timeout=(2, 5)),
+            **options,
+        )
+
+    def fill(self, admission: AdmissionInput) -> None:
+        """Namespaces only: no other context to add."""
+
+    def detail(self) -> dict[str, Any]:
+        """cache name -> status, as ClusterContext.detail gives it (the server's NamespaceSource)."""
+        return {self.kind: self.status()}
+
+
+class PriorityClassCache(WatchCache):
+    """PriorityClasses, with the engine's table of them rebuilt only when one changed."""
+
+    kind = "priorityclass"
+
+    def __init__(self, api_client: client.ApiClient, **options: Any) -> None:
+        super().__init__(client.SchedulingV1Api(api_client).list_priority_class, **options)
+        self._table: dict[str, dict[str, Any]] | None = None
+        self._table_of: int = -1
+
+    def table(self) -> dict[str, dict[str, Any]] | None:
+        """name -> {value, preemptionPolicy, globalDefault}; None until the first list."""
+        if not self.synced:
+            return None
+        classes = self.in_namespace("")
+        version = id(classes), len(classes), self._resource_version
+        if self._table is None or version != self._table_of:
+            self._table = priority_class_table(classes.values())
+            self._table_of = version  # type: ignore[assignment]
+        return self._table
+
+
+class ClaimTemplateCache(WatchCache):
+    kind = "resourceclaimtemplate"
+
+    def __init__(self, api_client: client.ApiClient, **options: Any) -> None:
+        api = client.ResourceV1Api(api_client)
+        super().__init__(
+            api.list_resource_claim_template_for_all_namespaces,
+            read_call=lambda name, namespace: api.read_namespaced_resource_claim_template(
+                name, namespace, _preload_content=False, _request_timeout=(2, 5)
+            ),
+            **options,
+        )
+
+
+class ClaimCache(WatchCache):
+    kind = "resourceclaim"
+    keep_status = False  # one claim per DRA pod: keep the spec, not the allocation
+
+    def __init__(self, api_client: client.ApiClient, **options: Any) -> None:
+        api = client.ResourceV1Api(api_client)
+        super().__init__(
+            api.list_resource_claim_for_all_namespaces,
+            read_call=lambda name, namespace: api.read_namespaced_resource_claim(
+                name, namespace, _preload_content=False, _request_timeout=(2, 5)
+            ),
+            **options,
+        )
+
+
+class ClusterContext:
+    """Every watch cache the server reads; duck-types the server's NamespaceSource.
+
+    PriorityClasses and DRA objects are optional extras: a cluster without resource.k8s.io/v1
+    (before 1.34) or without RBAC for them keeps working on namespaces alone; the engine then
+    sees None (unknown) for what is missing.
+    """
+
+    def __init__(self, api_client: client.ApiClient, *, dra: bool = True, **options: Any) -> None:
+        self.namespaces = NamespaceCache(api_client, **options)
+        self.priority_classes = PriorityClassCache(api_client, **options)
+        self.claims = ClaimCache(api_client, **options) if dra else None
+        self.templates = ClaimTemplateCache(api_client, **options) if dra else None
+
+    @property
+    def caches(self) -> list[WatchCache]:
+        return [c for c in (self.namespaces, self.priority_classes, self.claims, self.templates) if c is not None]
+
+    # -- NamespaceSource ---------------------------------------------------------------------------
+    @property
+    def synced(self) -> bool:
+        """Ready needs the namespaces; the other caches only add context when they have it."""
+        return self.namespaces.synced
+
+    @property
+    def stale(self) -> bool:
+        return any(cache.stale for cache in self.caches)
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        return self.namespaces.get(name)
+
+    async def lookup(self, name: str) -> dict[str, Any] | None:
+        return await self.namespaces.lookup(name)
+
+    def start(self) -> None:
+        for cache in self.caches:
+            cache.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        for cache in self.caches:
+            cache.stop(timeout)
+
+    def detail(self) -> dict[str, Any]:
+        return {cache.kind: cache.status() for cache in self.caches}
+
+    # -- the engine's input ------------------------------------------------------------------------
+    def fill(self, admission: AdmissionInput) -> None:
+        """PriorityClasses and the namespace's DRA objects into the input: dict reads, no I/O."""
+        admission.priority_classes = self.priority_classes.table()
+        namespace = admission.namespace or ""
+        if self.claims is not None and self.claims.synced:
+            admission.resource_claims = self.claims.in_namespace(namespace)
+        if self.templates is not None and self.templates.synced:
+            admission.resource_claim_templates = self.templates.in_namespace(namespace)
+
+    async def resolve_claims(self, admission: AdmissionInput) -> None:
+        """Before evaluating a Pod: GET the claims and templates its spec names that the watch lacks.
+
+        The pack denies tenant pods whose claims cannot be resolved (dra-pod-claims-resolvable);
+        a template created a moment before the pod must not be refused for the watch's latency.
+        """
+        obj = admission.object
+        if self.claims is None or self.templates is None or admission.kind != "Pod" or not isinstance(obj, dict):
+            return
+        spec = obj.get("spec")
+        entries = spec.get("resourceClaims") if isinstance(spec, dict) else None
+        if not isinstance(entries, list) or not admission.namespace:
+            return
+        for entry in entries[:32]:  # bounded: a pod names a handful
+            if not isinstance(entry, dict):
+                continue
+            if isinstance(entry.get("resourceClaimTemplateName"), str):
+                await self.templates.lookup(entry["resourceClaimTemplateName"], admission.namespace)
+            elif isinstance(entry.get("resourceClaimName"), str):
+                await self.claims.lookup(entry["resourceClaimName"], admission.namespace)
+        self.fill(admission)
