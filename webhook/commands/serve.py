@@ -98,7 +98,7 @@ def _namespace_cache(args: argparse.Namespace) -> NamespaceSource | None:
 
 
 def _warn_without_context(args: argparse.Namespace) -> None:
-    """Say loudly which rules cannot act without the namespace watch (issue 11: no silent fail-open)."""
+    """Say loudly which rules cannot act without the namespace watch."""
     from webhook.engine import load_rules
 
     result = load_rules(args.rules or [default_rules_dir()])

@@ -1,4 +1,4 @@
-"""Named mutation operations with fixed, idempotent semantics (DESIGN §2, §3).
+"""Named mutation operations with fixed semantics: applying a rule set twice gives what applying it once does.
 
 Each operation looks at the working copy, changes only what is missing (or, with
 `override`, what differs) and records the edit through the Patcher. Applying a rule

@@ -221,7 +221,7 @@ def _set_queue_name(mutation: SetQueueName, translator: Translator, each: Any) -
     )
     needed = f"request.operation == 'CREATE' && !({labelled}) && {present}"
     label = each(needed, f"{set_patch(root, 'gwT.path', ('metadata', 'labels', QUEUE_LABEL), value)}[0]")
-    # Kueue's own webhook may already have run: a batch/v1 Job must start suspended (DESIGN §5)
+    # Kueue's own webhook may already have run: a batch/v1 Job must start suspended (so Kueue admits it first)
     suspend = each(
         f"{needed} && has({root}.kind) && {root}.kind == 'Job' && has({root}.apiVersion) && "
         f"{root}.apiVersion == 'batch/v1' && !(has({root}.spec.suspend) && {root}.spec.suspend == true)",
