@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from webhook.engine.workloads import KINDS, WORKLOADS
+from webhook.engine.workloads import KINDS
 
 from .nativecel import NotNative, Translator, string_literal
 
