@@ -9,6 +9,7 @@ background and read here as plain references.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import signal
@@ -25,6 +26,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from webhook.admission import ReviewError, build_response, error_response, parse_review
 from webhook.certs import CERT_FILE, KEY_FILE
+from webhook.connections import GuardedSite, shrink_tls_buffers
 from webhook.engine import Mode, Phase, evaluate
 from webhook.engine.model import Limits
 from webhook.metrics import Metrics
@@ -35,6 +37,9 @@ http_log = logging.getLogger("gpu_webhook.http")  # aiohttp's per-connection err
 MAX_BODY = 3 * 1024 * 1024  # the apiserver's own limit on a request body
 # TLS 1.2 suites with forward secrecy and AEAD only; TLS 1.3 suites are all modern already.
 CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
+# On SIGTERM, how long a connection accepted before the listener closed may take to start its
+# request (a TLS handshake plus the headers: milliseconds from the apiserver).
+FRESH_CONNECTION_GRACE = 2.0
 
 
 class NamespaceSource(Protocol):
@@ -62,7 +67,7 @@ class ServerConfig:
     # A connection with no request in progress (idle, or still sending its headers) is closed
     # after this; aiohttp's own default is an hour, which lets stalled clients pile up.
     idle_timeout: float = 30.0
-    rule_time_budget: float | None = 0.1  # seconds of rule evaluation per request; past it rules error
+    rule_time_budget: float | None = 0.5  # CPU seconds of rule evaluation per request; past it rules error
     max_collection: int = 1000  # larger lists/maps in a pod spec are not handed to CEL (rule error)
     shutdown_timeout: float = 25.0  # in-flight requests get this long to finish on SIGTERM
     drain_delay: float = 0.0  # after SIGTERM, keep serving while endpoints are removed
@@ -70,6 +75,18 @@ class ServerConfig:
     metrics_host: str | None = None  # serve /metrics and health on plain HTTP here as well
     metrics_port: int | None = None
     reuse_port: bool = False
+    # Connections on the admission port (handshakes included): ~30 KiB each once the TLS read
+    # buffer is shrunk (webhook.connections), so 4,096 stay within ~120 MiB.
+    max_connections: int = 4096
+    handshake_timeout: float = 5.0  # a TLS handshake not finished by then is dropped (asyncio: 60 s)
+    # Bodies larger than this are parsed and evaluated on a worker thread, so a 3 MiB object
+    # (~0.5 s of CPU) does not stall the small ones; below it the answer stays on the event
+    # loop (a thread hop costs more than a 3 KB pod's whole evaluation).
+    offload_threshold: int = 64 * 1024
+    # Large requests (declared over offload_threshold, or of unknown length: chunked) admitted at
+    # once, reading, queued or evaluating; more get a 429 at once, so a flood of 3 MiB bodies
+    # holds at most ~48 MiB of bodies (only the one being evaluated is parsed).
+    max_large_requests: int = 16
 
 
 @dataclass
@@ -82,6 +99,11 @@ class ServerState:
     stopping: bool = False
     in_flight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
+    large_in_progress: int = 0
+    # one thread: evaluation holds the GIL, so a second thread would only share the same core
+    pool: concurrent.futures.ThreadPoolExecutor = field(
+        default_factory=lambda: concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="evaluate")
+    )
     background: list[asyncio.Task[Any]] = field(default_factory=list)
 
 
@@ -119,9 +141,28 @@ def _admission_handler(phase: Phase, endpoint: str) -> Callable[[web.Request], A
 
     async def admit(request: web.Request, state: ServerState) -> web.Response:
         started = time.perf_counter()
-        if (request.content_length or 0) > MAX_BODY:  # refuse from the header, without waiting for the body
+        declared = request.content_length
+        if (declared or 0) > MAX_BODY:  # refuse from the header, without waiting for the body
             state.metrics.rejected.labels("413").inc()
             return _problem(413, f"request body exceeds {MAX_BODY} bytes")
+        large = declared is None or declared > state.config.offload_threshold
+        if large:
+            if state.large_in_progress >= state.config.max_large_requests:
+                state.metrics.rejected.labels("429").inc()
+                return _problem(
+                    429,
+                    f"{state.config.max_large_requests} requests over {state.config.offload_threshold} bytes "
+                    "are already being evaluated; retry",
+                    retry_after=True,
+                )
+            state.large_in_progress += 1
+        try:
+            return await answer(request, state, started, large)
+        finally:
+            if large:
+                state.large_in_progress -= 1
+
+    async def answer(request: web.Request, state: ServerState, started: float, large: bool) -> web.Response:
         try:
             if request.content.is_eof():
                 body = await request.read()  # already all here (the usual case): no timer needed
@@ -139,6 +180,23 @@ def _admission_handler(phase: Phase, endpoint: str) -> Callable[[web.Request], A
             # the client went away mid-body (nginx calls this 499): nothing to answer, nothing broken here
             state.metrics.rejected.labels("499").inc()
             return _problem(400, "client closed the connection before sending the whole body")
+        if large and len(body) > state.config.offload_threshold:
+            state.metrics.offloaded.inc()
+            loop = asyncio.get_running_loop()
+            result = await loop.run_in_executor(state.pool, decide, state, body)
+        else:
+            result = decide(state, body)  # the fast path: no thread hop for a small object
+        if isinstance(result, web.Response):
+            return result
+        answer, operation, kind, outcome = result
+        state.metrics.observe(endpoint, operation, kind, outcome, time.perf_counter() - started)
+        return web.Response(body=answer, content_type="application/json")
+
+    def decide(state: ServerState, body: bytes) -> web.Response | tuple[bytes, str, str, str]:
+        """Parse, evaluate, serialise: the answer's bytes and its metric labels, or a problem response.
+
+        Plain synchronous code, so that it can run on the event loop or on the worker thread.
+        """
         try:
             review = parse_review(body)
         except ReviewError as error:
@@ -175,8 +233,7 @@ def _admission_handler(phase: Phase, endpoint: str) -> Callable[[web.Request], A
                 _log_decision(review, decision, outcome, endpoint)
             except Exception:  # bookkeeping must never turn an answer into an error
                 log.exception("recording the decision failed", extra={"uid": review.uid})
-        state.metrics.observe(endpoint, review.operation, review.kind, outcome, time.perf_counter() - started)
-        return web.Response(body=answer, content_type="application/json")
+        return answer, review.operation, review.kind, outcome
 
     return handle
 
@@ -193,8 +250,8 @@ def _log_decision(review: Any, decision: Any, outcome: str, endpoint: str) -> No
         "operation": review.operation,
         "kind": review.kind,
         "namespace": review.namespace,
-        "object_name": ((review.object or review.old_object or {}).get("metadata") or {}).get("name"),
-        "user": (review.request.get("userInfo") or {}).get("username"),
+        "object_name": _field(_field(review.object or review.old_object, "metadata"), "name"),
+        "user": _field(review.request.get("userInfo"), "username"),
         "dryRun": review.dry_run,
         "decision": outcome,
         "violations": [f"{v.rule}: {v.message}" for v in decision.violations],
@@ -210,6 +267,11 @@ def _log_decision(review: Any, decision: Any, outcome: str, endpoint: str) -> No
     log.log(level, "admission decision", extra=extra)
 
 
+def _field(value: Any, name: str) -> Any:
+    """value[name] when value is an object: the tenant may send any type where one is expected."""
+    return value.get(name) if isinstance(value, dict) else None
+
+
 class _HttpErrors(logging.Filter):
     """aiohttp logs every malformed HTTP message at ERROR with a traceback: any client could
     fill the logs with fake alarms. A malformed message is the client's fault: log it at info,
@@ -223,8 +285,11 @@ class _HttpErrors(logging.Filter):
         return True
 
 
-def _problem(status: int, message: str) -> web.Response:
-    return web.Response(status=status, body=orjson.dumps({"error": message}), content_type="application/json")
+def _problem(status: int, message: str, retry_after: bool = False) -> web.Response:
+    headers = {"Retry-After": "1"} if retry_after else None
+    return web.Response(
+        status=status, body=orjson.dumps({"error": message}), content_type="application/json", headers=headers
+    )
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -269,7 +334,7 @@ async def readyz(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    return web.Response(body=state.metrics.render(), headers={"Content-Type": state.metrics.content_type})
+    return web.Response(body=await state.metrics.render_async(), headers={"Content-Type": state.metrics.content_type})
 
 
 def build_app(state: ServerState, admission: bool = True) -> web.Application:
@@ -298,6 +363,7 @@ class Server:
         certs.load()
         self.state = ServerState(config=config, rules=rules, certs=certs, metrics=self.metrics, namespaces=namespaces)
         self._runners: list[web.AppRunner] = []
+        self._site: GuardedSite | None = None
         self.port = config.port
 
     async def start(self) -> None:
@@ -314,10 +380,21 @@ class Server:
         )
         await runner.setup()
         assert self.state.certs is not None
-        site = web.TCPSite(
-            runner, config.host, config.port, ssl_context=self.state.certs.context, reuse_port=config.reuse_port or None
+        shrink_tls_buffers()
+        site = GuardedSite(
+            runner,
+            config.host,
+            config.port,
+            ssl_context=self.state.certs.context,
+            reuse_port=config.reuse_port or None,
+            guard_limits=(config.max_connections, config.handshake_timeout),
+            metrics=self.metrics,
         )
         await site.start()
+        self._site = site
+        guard = site.guard
+        assert guard is not None
+        self.metrics.connections.set_function(lambda: float(guard.count()))
         self._runners.append(runner)
         self.port = runner.addresses[0][1]
         if config.metrics_port is not None:
@@ -355,9 +432,12 @@ class Server:
         for runner in self._runners:
             for site in list(runner.sites):
                 await site.stop()  # no new connections; open ones keep being served
+        deadline = time.monotonic() + self.config.shutdown_timeout
+        await self._await_accepted(min(deadline, time.monotonic() + FRESH_CONNECTION_GRACE))
         if state.in_flight:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(state.idle.wait(), self.config.shutdown_timeout)
+                await asyncio.wait_for(state.idle.wait(), max(0.0, deadline - time.monotonic()))
+        state.pool.shutdown(wait=False, cancel_futures=True)
         for task in state.background:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -367,6 +447,15 @@ class Server:
         if state.namespaces is not None:
             await asyncio.to_thread(state.namespaces.stop)
         log.info("stopped", extra={"unfinished": state.in_flight})
+
+    async def _await_accepted(self, until: float) -> None:
+        """Connections accepted just before the listener closed have a request on its way (their
+        client chose us a moment ago): wait for it to start, or for the connection to close,
+        before the cleanup closes every connection without a request in progress (was: ~7 of
+        them got "Server disconnected" while the log said `unfinished: 0`)."""
+        guard = self._site.guard if self._site is not None else None
+        while guard is not None and guard.unanswered() and time.monotonic() < until:
+            await asyncio.sleep(0.01)
 
     async def run(self) -> None:
         await self.start()
