@@ -14,7 +14,6 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from webhook.engine import Decision
 from webhook.engine.workloads import WORKLOAD_KINDS
 
 # Admission answers take tens of microseconds; the apiserver gives up after seconds.
@@ -80,7 +79,7 @@ class Metrics:
         )
         self.offloaded = Counter(
             "gpu_webhook_offloaded_requests",
-            "Admission requests evaluated on the worker thread (large bodies) instead of the event loop.",
+            "Admission requests evaluated in the evaluation process (large bodies) instead of the event loop.",
             registry=r,
         )
         self.rules_generation = Gauge(
@@ -128,12 +127,12 @@ class Metrics:
         children[0].inc()
         children[1].observe(seconds)
 
-    def observe_rules(self, decision: Decision) -> None:
-        for bucket, action in ((decision.violations, "deny"), (decision.warnings, "warn"), (decision.audits, "audit")):
-            for violation in bucket:
-                self._rule_child(self.rule_results, violation.rule, "would_deny" if violation.relaxed else action).inc()
-        for error in decision.errors:
-            self._rule_child(self.rule_errors, error.rule).inc()
+    def observe_rules(self, results: list[tuple[str, str]], errors: list[str]) -> None:
+        """results: (rule, action) per violation, warning and audit; errors: the rule of each evaluation error."""
+        for rule, action in results:
+            self._rule_child(self.rule_results, rule, action).inc()
+        for rule in errors:
+            self._rule_child(self.rule_errors, rule).inc()
 
     def _rule_child(self, metric: Any, rule: str, *rest: str) -> Any:
         key = (metric._name, rule, *rest)

@@ -9,7 +9,6 @@ background and read here as plain references.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import signal
@@ -24,12 +23,13 @@ import orjson
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from webhook.admission import ReviewError, build_response, error_response, parse_review
 from webhook.certs import CERT_FILE, KEY_FILE
 from webhook.connections import GuardedSite, shrink_tls_buffers
-from webhook.engine import Mode, Phase, evaluate
+from webhook.decide import DecideConfig, Problem, decide
+from webhook.engine import Mode, Phase
 from webhook.engine.model import Limits
 from webhook.metrics import Metrics
+from webhook.offload import Offload
 from webhook.reload import CertificateStore, RuleStore, watch
 
 log = logging.getLogger("gpu_webhook.server")
@@ -79,9 +79,9 @@ class ServerConfig:
     # buffer is shrunk (webhook.connections), so 4,096 stay within ~120 MiB.
     max_connections: int = 4096
     handshake_timeout: float = 5.0  # a TLS handshake not finished by then is dropped (asyncio: 60 s)
-    # Bodies larger than this are parsed and evaluated on a worker thread, so a 3 MiB object
-    # (~0.5 s of CPU) does not stall the small ones; below it the answer stays on the event
-    # loop (a thread hop costs more than a 3 KB pod's whole evaluation).
+    # Bodies larger than this are parsed and evaluated in a child process (webhook.offload), so
+    # a 3 MiB object (~0.5 s of CPU) does not stall the small ones; below it the answer stays on
+    # the event loop (a hop costs more than a 3 KB pod's whole evaluation).
     offload_threshold: int = 64 * 1024
     # Large requests (declared over offload_threshold, or of unknown length: chunked) admitted at
     # once, reading, queued or evaluating; more get a 429 at once, so a flood of 3 MiB bodies
@@ -100,10 +100,7 @@ class ServerState:
     in_flight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     large_in_progress: int = 0
-    # one thread: evaluation holds the GIL, so a second thread would only share the same core
-    pool: concurrent.futures.ThreadPoolExecutor = field(
-        default_factory=lambda: concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="evaluate")
-    )
+    offload: Offload = field(default_factory=Offload)
     background: list[asyncio.Task[Any]] = field(default_factory=list)
 
 
@@ -123,8 +120,6 @@ def tls_context(cert_dir: str, client_ca: str | None = None) -> ssl.SSLContext:
 
 
 def _admission_handler(phase: Phase, endpoint: str) -> Callable[[web.Request], Any]:
-    include_patch = phase == Phase.MUTATE
-
     async def handle(request: web.Request) -> web.Response:
         state = request.app[STATE]
         state.in_flight += 1
@@ -157,12 +152,12 @@ def _admission_handler(phase: Phase, endpoint: str) -> Callable[[web.Request], A
                 )
             state.large_in_progress += 1
         try:
-            return await answer(request, state, started, large)
+            return await answer(request, state, started)
         finally:
             if large:
                 state.large_in_progress -= 1
 
-    async def answer(request: web.Request, state: ServerState, started: float, large: bool) -> web.Response:
+    async def answer(request: web.Request, state: ServerState, started: float) -> web.Response:
         try:
             if request.content.is_eof():
                 body = await request.read()  # already all here (the usual case): no timer needed
@@ -180,96 +175,29 @@ def _admission_handler(phase: Phase, endpoint: str) -> Callable[[web.Request], A
             # the client went away mid-body (nginx calls this 499): nothing to answer, nothing broken here
             state.metrics.rejected.labels("499").inc()
             return _problem(400, "client closed the connection before sending the whole body")
-        if large and len(body) > state.config.offload_threshold:
-            state.metrics.offloaded.inc()
-            loop = asyncio.get_running_loop()
-            result = await loop.run_in_executor(state.pool, decide, state, body)
-        else:
-            result = decide(state, body)  # the fast path: no thread hop for a small object
-        if isinstance(result, web.Response):
-            return result
-        answer, operation, kind, outcome = result
-        state.metrics.observe(endpoint, operation, kind, outcome, time.perf_counter() - started)
-        return web.Response(body=answer, content_type="application/json")
-
-    def decide(state: ServerState, body: bytes) -> web.Response | tuple[bytes, str, str, str]:
-        """Parse, evaluate, serialise: the answer's bytes and its metric labels, or a problem response.
-
-        Plain synchronous code, so that it can run on the event loop or on the worker thread.
-        """
-        try:
-            review = parse_review(body)
-        except ReviewError as error:
-            state.metrics.rejected.labels("400").inc()
-            log.info("malformed AdmissionReview", extra={"error": str(error), "endpoint": endpoint})
-            return _problem(400, f"malformed AdmissionReview: {error}")
         ruleset = state.rules.ruleset
         if ruleset is None:
             state.metrics.rejected.labels("503").inc()
             return _problem(503, "no rule set loaded yet")
-        namespace_object = (
-            state.namespaces.get(review.namespace) if state.namespaces is not None and review.namespace else None
+        config = DecideConfig(
+            phase, state.config.mode, Limits(state.config.rule_time_budget, state.config.max_collection)
         )
-        try:
-            decision = evaluate(
-                ruleset,
-                review.to_input(namespace_object),
-                phase=phase,
-                mode=state.config.mode,
-                trace=log.isEnabledFor(logging.DEBUG),
-                limits=Limits(state.config.rule_time_budget, state.config.max_collection),
+        if len(body) > state.config.offload_threshold:
+            state.metrics.offloaded.inc()
+            result = await state.offload.decide(
+                ruleset, state.rules.generation, config, body, endpoint, state.namespaces
             )
-            answer = build_response(review.uid, decision, include_patch)
-        except Exception:  # a bug must refuse this one request, loudly, and keep the server up
-            log.exception("evaluation failed", extra={"uid": review.uid, "kind": review.kind})
-            answer = error_response(review.uid, 500, "gpu-webhook could not evaluate this request (see its logs)")
-            outcome = "error"
-        else:
-            outcome = (
-                "denied" if not decision.allowed else ("patched" if include_patch and decision.patch else "allowed")
-            )
-            try:
-                state.metrics.observe_rules(decision)
-                _log_decision(review, decision, outcome, endpoint)
-            except Exception:  # bookkeeping must never turn an answer into an error
-                log.exception("recording the decision failed", extra={"uid": review.uid})
-        return answer, review.operation, review.kind, outcome
+        else:  # the fast path: no hop for a small object
+            namespaces = state.namespaces.get if state.namespaces is not None else None
+            result = decide(ruleset, config, body, endpoint, namespaces)
+        if isinstance(result, Problem):
+            state.metrics.rejected.labels(str(result.status)).inc()
+            return _problem(result.status, result.message)
+        state.metrics.observe_rules(result.rule_results, result.rule_errors)
+        state.metrics.observe(endpoint, result.operation, result.kind, result.outcome, time.perf_counter() - started)
+        return web.Response(body=result.answer, content_type="application/json")
 
     return handle
-
-
-def _log_decision(review: Any, decision: Any, outcome: str, endpoint: str) -> None:
-    # denials, and what audit mode let through that enforce mode would have denied, at info
-    would_deny = [f"{v.rule}: {v.message}" for v in decision.audits if v.relaxed]
-    level = logging.INFO if outcome == "denied" or would_deny else logging.DEBUG
-    if not log.isEnabledFor(level):
-        return
-    extra: dict[str, Any] = {
-        "uid": review.uid,
-        "endpoint": endpoint,
-        "operation": review.operation,
-        "kind": review.kind,
-        "namespace": review.namespace,
-        "object_name": _field(_field(review.object or review.old_object, "metadata"), "name"),
-        "user": _field(review.request.get("userInfo"), "username"),
-        "dryRun": review.dry_run,
-        "decision": outcome,
-        "violations": [f"{v.rule}: {v.message}" for v in decision.violations],
-        "warnings": [f"{v.rule}: {v.message}" for v in decision.warnings],
-        "audits": [f"{v.rule}: {v.message}" for v in decision.audits],
-        "wouldDeny": would_deny,
-        "patch": decision.patch,
-    }
-    if decision.trace:
-        extra["trace"] = [
-            {"rule": t.rule, "target": t.target, "result": t.result, "reason": t.reason} for t in decision.trace
-        ]
-    log.log(level, "admission decision", extra=extra)
-
-
-def _field(value: Any, name: str) -> Any:
-    """value[name] when value is an object: the tenant may send any type where one is expected."""
-    return value.get(name) if isinstance(value, dict) else None
 
 
 class _HttpErrors(logging.Filter):
@@ -437,7 +365,7 @@ class Server:
         if state.in_flight:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(state.idle.wait(), max(0.0, deadline - time.monotonic()))
-        state.pool.shutdown(wait=False, cancel_futures=True)
+        state.offload.shutdown()
         for task in state.background:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -1,0 +1,122 @@
+"""Large admission requests are decided in a child process, so they cannot stall small ones.
+
+A 2.9 MiB pod (240 containers x ~800 env entries) takes ~0.5 s of CPU to parse and evaluate.
+On the event loop that is 0.5 s of latency for every request behind it; on a thread it is
+not much better, because the CEL runtime (cel-expr-python) and orjson hold the GIL for up to
+~130 ms per call (measured: a thread evaluating that pod left the loop without the GIL for
+133 ms at a time, and 8 senders pushed a small request's p99 to 2 s). A child process has a
+GIL of its own.
+
+The child is forked from the server once per rule-set generation, so it inherits the rule
+set as it is in memory (nothing is pickled or reloaded; a reload that failed in the server
+is not retried in the child). It gets the raw body, parses and evaluates it exactly as the
+server would (webhook.decide), and returns the answer's bytes, its labels for the metrics
+and the rules to count. With a namespace watch, the child asks for the namespace object
+it needs by name and is sent it in a second call, so the server never parses a large body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import multiprocessing
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.decide import DecideConfig, Decided, Problem, decide
+from webhook.engine import RuleSet
+
+log = logging.getLogger("gpu_webhook.offload")
+
+
+@dataclass
+class _Child:
+    ruleset: RuleSet
+    config: DecideConfig
+
+
+_CHILD: _Child | None = None  # set only inside the child process, by _start_child
+
+
+def _start_child(ruleset: RuleSet, config: DecideConfig) -> None:
+    global _CHILD
+    _CHILD = _Child(ruleset, config)
+
+
+class NeedNamespace(Exception):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def _decide_in_child(
+    body: bytes, endpoint: str, lookup: bool, namespace: tuple[str, dict[str, Any] | None] | None
+) -> Decided | Problem | str:
+    """In the child: the decision, or the name of the namespace whose object it needs first."""
+    child = _CHILD
+    assert child is not None
+
+    def namespace_object(name: str) -> dict[str, Any] | None:
+        if namespace is not None and namespace[0] == name:
+            return namespace[1]
+        raise NeedNamespace(name)
+
+    try:
+        return decide(child.ruleset, child.config, body, endpoint, namespace_object if lookup else None)
+    except NeedNamespace as need:
+        return need.name
+
+
+class Offload:
+    """One child process per rule-set generation; requests wait in its queue."""
+
+    def __init__(self) -> None:
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._generation = -1
+
+    def _executor(self, ruleset: RuleSet, generation: int, config: DecideConfig) -> concurrent.futures.Executor:
+        if self._pool is None or generation != self._generation:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)  # its queued requests still finish
+            # fork, not spawn: the child starts with the rule set as compiled here, in milliseconds
+            self._pool = concurrent.futures.ProcessPoolExecutor(
+                1,
+                mp_context=multiprocessing.get_context("fork"),
+                initializer=_start_child,
+                initargs=(ruleset, config),
+            )
+            self._generation = generation
+        return self._pool
+
+    async def decide(
+        self,
+        ruleset: RuleSet,
+        generation: int,
+        config: DecideConfig,
+        body: bytes,
+        endpoint: str,
+        namespaces: Any,
+    ) -> Decided | Problem:
+        loop = asyncio.get_running_loop()
+        namespace: tuple[str, dict[str, Any] | None] | None = None
+        for _ in range(2):
+            executor = self._executor(ruleset, generation, config)
+            try:
+                result = await loop.run_in_executor(
+                    executor, _decide_in_child, body, endpoint, namespaces is not None, namespace
+                )
+            except concurrent.futures.process.BrokenProcessPool:
+                # the child died (killed for memory?): this request errors, the next gets a new child
+                log.error("evaluation process died; starting a new one")
+                self._pool = None
+                return Problem(500, "gpu-webhook's evaluation process died while evaluating this request")
+            if not isinstance(result, str):
+                return result
+            namespace = (result, namespaces.get(result))
+        return Problem(500, "gpu-webhook could not resolve the request's namespace")
+
+    def shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
