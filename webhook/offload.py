@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import ctypes
 import logging
 import multiprocessing
 from dataclasses import dataclass
@@ -34,6 +36,10 @@ log = logging.getLogger("gpu_webhook.offload")
 class _Child:
     ruleset: RuleSet
     config: DecideConfig
+
+    def trim(self) -> None:
+        with contextlib.suppress(OSError, AttributeError):  # glibc only
+            ctypes.CDLL(None).malloc_trim(0)
 
 
 _CHILD: _Child | None = None  # set only inside the child process, by _start_child
@@ -66,6 +72,10 @@ def _decide_in_child(
         return decide(child.ruleset, child.config, body, endpoint, namespace_object if lookup else None)
     except NeedNamespace as need:
         return need.name
+    finally:
+        # a 3 MiB pod's parse and CEL values peak at ~130 MiB; glibc keeps freed heap mapped, so the
+        # child would hold that peak for good (measured: 147 MiB RSS after, 77 MiB once trimmed)
+        child.trim()
 
 
 class Offload:
