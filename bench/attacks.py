@@ -9,7 +9,8 @@ for the whole run, and the attacks come one after the other:
    its size and the time it takes.
 2. connections: 2,000 TLS connections that handshake and then stay idle, and 1,000 TCP
    connections that never send a byte (both reconnect when the server closes them), held
-   for a while: the legitimate client's p99 and failures, the server's peak RSS.
+   for a while once all are open: the legitimate client's p99 and failures, the server's
+   peak memory (PSS of the server and its evaluation process).
 3. heavy: 8 senders post 2.9 MiB apiserver-valid pods (240 containers x ~800 env entries)
    back to back: the legitimate client's p99 and max.
 
@@ -306,10 +307,18 @@ async def hold_connections(
     tasks = [asyncio.create_task(keep(True)) for _ in range(tls)]
     tasks += [asyncio.create_task(keep(False)) for _ in range(tcp)]
     started = time.time()
+    while opened["tls"] < tls or opened["tcp"] < tcp:  # the window starts once every connection is open
+        await asyncio.sleep(0.05)
+    all_open = time.time()
     await asyncio.sleep(seconds)
     stop.set()
     await asyncio.gather(*tasks, return_exceptions=True)
-    return {**opened, "held_seconds": time.time() - started}
+    return {
+        **opened,
+        "opening_seconds": all_open - started,
+        "all_open_at": all_open,
+        "held_seconds": time.time() - all_open,
+    }
 
 
 async def heavy_senders(base: str, context: ssl.SSLContext, senders: int, seconds: float) -> dict[str, Any]:
@@ -386,14 +395,13 @@ def run(command: list[str], rules: str, sizes: Sizes, extra: list[str] | None = 
         report.phases["metrics"] = asyncio.run(random_kinds(server.base, context, sizes.random_kinds))
         windows["metrics"] = (start, time.time())
 
-        start = time.time()
-        opening = 5.0  # the first seconds open the connections; the window is the hold once all are open
         report.phases["connections"] = asyncio.run(
-            hold_connections(
-                "127.0.0.1", server.port, context, sizes.idle_tls, sizes.silent_tcp, opening + sizes.hold_seconds
-            )
+            hold_connections("127.0.0.1", server.port, context, sizes.idle_tls, sizes.silent_tcp, sizes.hold_seconds)
         )
-        windows["connections"] = (start + opening, time.time())
+        all_open = report.phases["connections"].pop("all_open_at")
+        windows["connections"] = (all_open, time.time())
+        report.phases["connections_opening"] = {}
+        windows["connections_opening"] = (all_open - report.phases["connections"]["opening_seconds"], all_open)
         time.sleep(1.0)
 
         start = time.time()

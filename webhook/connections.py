@@ -19,8 +19,6 @@ import asyncio.sslproto
 import logging
 import ssl
 import time
-from collections import deque
-from typing import Any
 
 from aiohttp import web
 
@@ -57,51 +55,42 @@ class _Refused(asyncio.Protocol):
 class ConnectionGuard:
     """Protocol factory in front of aiohttp's: counts connections, makes room, refuses past the limit."""
 
-    def __init__(self, server: web.Server, max_connections: int, handshake_timeout: float, metrics: Metrics) -> None:
+    def __init__(self, server: web.Server, max_connections: int, metrics: Metrics) -> None:
         self.server = server
         self.max_connections = max_connections
-        self.handshake_timeout = handshake_timeout
         self.metrics = metrics
-        # handlers accepted but not yet connected (TLS handshake in progress): asyncio tells the
-        # handler nothing when a handshake fails, so entries older than the timeout are gone
-        self._pending: deque[tuple[float, Any]] = deque()
+        self.listener: asyncio.AbstractServer | None = None  # set once listening
         self._last_warning = 0.0
 
-    def open_connections(self) -> int:
-        self._prune()
-        return self.count()
-
     def count(self) -> int:
-        """Open connections, handshakes included (approximately); safe to call from any thread."""
-        return len(self.server._connections) + len(self._pending)  # len() of a dict/deque: atomic
+        """Open connections, TLS handshakes in progress included; O(1), safe from any thread.
+
+        asyncio's Server counts every transport it made (handshaking or not) in _active_count;
+        aiohttp only learns of a connection once its handshake is done. Other loops (uvloop)
+        have no such count: there, connections count once connected.
+        """
+        active = getattr(self.listener, "_active_count", None)
+        return active if isinstance(active, int) else len(self.server._connections)
 
     def unanswered(self) -> int:
         """Connections accepted that have not yet started a request: a handshake in progress, or
         connected without a request so far. On SIGTERM their requests are still to come."""
-        self._prune()
+        connections = self.server.connections
+        handshaking = max(0, self.count() - len(connections))
         fresh = sum(
             1
-            for handler in self.server.connections
+            for handler in connections
             if getattr(handler, "_request_count", 1) == 0 and not getattr(handler, "_request_in_progress", False)
         )
-        return fresh + sum(1 for _, handler in self._pending if handler.transport is None)
-
-    def _prune(self) -> None:
-        expired = time.monotonic() - self.handshake_timeout - 1.0
-        pending = self._pending
-        while pending and (pending[0][0] < expired or pending[0][1].transport is not None):
-            pending.popleft()
-        if len(pending) > 64:  # connected ones further in: an occasional full pass keeps the count exact
-            self._pending = deque(entry for entry in pending if entry[1].transport is None)
+        return handshaking + fresh
 
     def __call__(self) -> asyncio.BaseProtocol:
-        if self.open_connections() >= self.max_connections and not self._make_room():
+        # called once per accepted socket, before its transport exists (count() does not include it yet)
+        if self.count() >= self.max_connections and not self._make_room():
             self.metrics.connections_refused.labels("limit").inc()
             self._warn()
             return _Refused()
-        handler = self.server()
-        self._pending.append((time.monotonic(), handler))
-        return handler
+        return self.server()
 
     def _make_room(self) -> bool:
         """Close the oldest idle connection; False when every connection has a request in progress."""
@@ -120,7 +109,7 @@ class ConnectionGuard:
             self._last_warning = now
             log.warning(
                 "connection limit reached: refusing new connections",
-                extra={"max_connections": self.max_connections, "open": self.open_connections()},
+                extra={"max_connections": self.max_connections, "open": self.count()},
             )
 
 
@@ -139,7 +128,9 @@ class GuardedSite(web.TCPSite):
         guard_limits: tuple[int, float],
         metrics: Metrics,
     ) -> None:
-        super().__init__(runner, host, port, ssl_context=ssl_context, reuse_port=reuse_port, backlog=1024)
+        # backlog stays aiohttp's 128: asyncio accepts up to `backlog` sockets in one callback, and
+        # 1,024 accepts in one go held the loop for ~0.5 s under a connection flood
+        super().__init__(runner, host, port, ssl_context=ssl_context, reuse_port=reuse_port)
         self._guard_limits = guard_limits
         self._metrics = metrics
         self.guard: ConnectionGuard | None = None
@@ -149,7 +140,7 @@ class GuardedSite(web.TCPSite):
         server = self._runner.server
         assert server is not None
         max_connections, handshake_timeout = self._guard_limits
-        self.guard = ConnectionGuard(server, max_connections, handshake_timeout, self._metrics)
+        self.guard = ConnectionGuard(server, max_connections, self._metrics)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             self.guard,
@@ -162,4 +153,5 @@ class GuardedSite(web.TCPSite):
             ssl_handshake_timeout=handshake_timeout,
             ssl_shutdown_timeout=handshake_timeout,
         )
+        self.guard.listener = self._server
         self._bound_port = self._server.sockets[0].getsockname()[1]

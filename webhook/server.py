@@ -28,6 +28,7 @@ from webhook.connections import GuardedSite, shrink_tls_buffers
 from webhook.decide import DecideConfig, Problem, decide
 from webhook.engine import Mode, Phase
 from webhook.engine.model import Limits
+from webhook.memory import settle, trim_periodically
 from webhook.metrics import Metrics
 from webhook.offload import Offload
 from webhook.reload import CertificateStore, RuleStore, watch
@@ -339,6 +340,8 @@ class Server:
         self.state.background.append(
             asyncio.create_task(watch(self.state.rules, self.state.certs, config.reload_interval))
         )
+        self.state.background.append(asyncio.create_task(trim_periodically()))
+        settle()
         if self.state.namespaces is not None:
             self.state.namespaces.start()
             self.metrics.namespaces_synced.set_function(lambda: float(self.state.namespaces.synced))
