@@ -311,6 +311,7 @@ async def hold_connections(
         await asyncio.sleep(0.05)
     all_open = time.time()
     await asyncio.sleep(seconds)
+    stopped = time.time()  # the window ends here: closing them all at once is not "holding" them
     stop.set()
     await asyncio.gather(*tasks, return_exceptions=True)
     return {
@@ -399,7 +400,7 @@ def run(command: list[str], rules: str, sizes: Sizes, extra: list[str] | None = 
             hold_connections("127.0.0.1", server.port, context, sizes.idle_tls, sizes.silent_tcp, sizes.hold_seconds)
         )
         all_open = report.phases["connections"].pop("all_open_at")
-        windows["connections"] = (all_open, time.time())
+        windows["connections"] = (all_open, report.phases["connections"].pop("stopped_at"))
         report.phases["connections_opening"] = {}
         windows["connections_opening"] = (all_open - report.phases["connections"]["opening_seconds"], all_open)
         time.sleep(1.0)

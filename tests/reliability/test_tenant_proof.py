@@ -318,7 +318,7 @@ def test_sigterm_answers_requests_on_connections_accepted_before_the_listener_cl
                     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
                     assert head.startswith(b"HTTP/1.1 200"), head
                     answered += 1
-                except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError) as error:
+                except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError, TimeoutError) as error:
                     lost.append(type(error).__name__)
                 finally:
                     writer.close()
