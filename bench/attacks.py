@@ -318,7 +318,8 @@ async def hold_connections(
         **opened,
         "opening_seconds": all_open - started,
         "all_open_at": all_open,
-        "held_seconds": time.time() - all_open,
+        "stopped_at": stopped,
+        "held_seconds": stopped - all_open,
     }
 
 
