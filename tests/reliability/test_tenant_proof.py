@@ -239,7 +239,7 @@ def test_pausing_the_server_never_denies_a_compliant_pod(cert_dir: Path, rules_d
         process.send_signal(signal.SIGCONT)
         process.terminate()
         process.wait(20)
-    assert denials == [], denials[:3]
+    assert denials == [], f"{len(denials)} of 2,000 denied: {denials[:2]}"
 
 
 # -- 5. the CEL iteration budget ------------------------------------------------------------------------
