@@ -21,6 +21,7 @@ import asyncio
 import concurrent.futures
 import logging
 import multiprocessing
+import signal
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,13 @@ _CHILD: _Child | None = None  # set only inside the child process, by _start_chi
 def _start_child(ruleset: RuleSet, config: DecideConfig) -> None:
     global _CHILD
     _CHILD = _Child(ruleset, config)
+    # The fork copied the server's signal set-up, whose handlers write to the event loop's
+    # wake-up socket, shared with the server: a signal sent to the child would make the
+    # server believe it got it. The child takes no part in shutdown; it exits when the server
+    # closes its pool (or dies with it, the pool's pipe closing).
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class NeedNamespace(Exception):
