@@ -113,21 +113,27 @@ class Offload:
     ) -> Decided | Problem:
         loop = asyncio.get_running_loop()
         namespace: tuple[str, dict[str, Any] | None] | None = None
-        for _ in range(2):
+        broken = 0
+        while True:
             executor = self._executor(ruleset, generation, config)
             try:
                 result = await loop.run_in_executor(
                     executor, _decide_in_child, body, endpoint, namespaces is not None, namespace
                 )
             except concurrent.futures.process.BrokenProcessPool:
-                # the child died (killed for memory?): this request errors, the next gets a new child
+                # The child died (killed for memory, or by a signal while idle). Once, a new child
+                # retries the request; twice, the request itself is likely the cause: refuse it.
                 log.error("evaluation process died; starting a new one")
                 self._pool = None
-                return Problem(500, "gpu-webhook's evaluation process died while evaluating this request")
+                broken += 1
+                if broken > 1:
+                    return Problem(500, "gpu-webhook's evaluation process died while evaluating this request")
+                continue
             if not isinstance(result, str):
                 return result
+            if namespace is not None:
+                return Problem(500, "gpu-webhook could not resolve the request's namespace")
             namespace = (result, namespaces.get(result))
-        return Problem(500, "gpu-webhook could not resolve the request's namespace")
 
     def shutdown(self) -> None:
         if self._pool is not None:

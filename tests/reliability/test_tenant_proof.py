@@ -392,3 +392,36 @@ def test_lint_leaves_the_fast_forms_alone(tmp_path: Path, expression: str) -> No
 
     (tmp_path / "rule.yaml").write_text(LEAKY_RULE.format(name="fast", expression=expression))
     assert [str(e) for e in lint([tmp_path])] == []
+
+
+def test_a_signal_to_the_evaluation_process_does_not_stop_the_server(cert_dir: Path, rules_dir: Path) -> None:
+    # The evaluation process is forked from the server; with the server's signal handlers it
+    # wrote the signal to the server's wake-up socket, and the server drained as if it had been told to.
+    from bench.attacks import heavy_pod
+
+    port = free_port()
+    process = subprocess.Popen(serve_command(port, cert_dir, rules_dir), stderr=subprocess.DEVNULL)
+    big = orjson.dumps(review(heavy_pod()))
+
+    async def run() -> None:
+        connector = aiohttp.TCPConnector(ssl=client_ssl(cert_dir))
+        async with aiohttp.ClientSession(connector=connector) as session:
+            await wait_ready(session, f"https://localhost:{port}/readyz")
+            async with session.post(f"https://localhost:{port}/validate", data=big) as response:
+                assert response.status == 200
+            children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+            assert children, "no evaluation process"
+            for child in children:
+                os.kill(int(child), signal.SIGTERM)
+            await asyncio.sleep(1.0)
+            assert process.poll() is None
+            async with session.get(f"https://localhost:{port}/readyz") as response:
+                assert response.status == 200
+            async with session.post(f"https://localhost:{port}/validate", data=big) as response:
+                assert response.status == 200  # a new evaluation process took over
+
+    try:
+        asyncio.run(run())
+    finally:
+        process.terminate()
+        process.wait(20)
