@@ -11,8 +11,11 @@
 FROM python:3.11-slim-bookworm AS builder
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py MANIFEST.in README.md ./
 COPY webhook ./webhook
+# setup.py ships these two inside the wheel (the default rule pack, `gpu-webhook manifests`)
+COPY rules ./rules
+COPY manifests ./manifests
 # bytecode is compiled here, because the runtime's root filesystem is read-only
 RUN pip wheel --wheel-dir /wheels . \
  && pip install --no-index --find-links /wheels --target /opt/gpu-webhook gpu-webhook \

@@ -1,7 +1,7 @@
 """Generate docs/rules.md from rules/ and examples/: every example message and patch comes from the engine.
 
-python docs/gen_rules.py            # rewrite docs/rules.md
-python docs/gen_rules.py --check    # exit 1 if docs/rules.md is stale (tests run this)
+.venv/bin/python docs/gen_rules.py            # rewrite docs/rules.md
+.venv/bin/python docs/gen_rules.py --check    # exit 1 if docs/rules.md is stale (tests run this)
 """
 
 from __future__ import annotations
@@ -15,11 +15,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from webhook.engine import AdmissionInput, evaluate, load_rules
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the checkout's webhook package, wherever this is run from
+try:
+    import yaml
+
+    from webhook.engine import AdmissionInput, evaluate, load_rules
+except ImportError as error:  # a Python without the project's dependencies: say which one to use
+    print(
+        f"gen_rules.py: {error}. Run it with the project's environment:\n"
+        f"  cd {ROOT} && python3 -m venv .venv && .venv/bin/pip install -e '.[test]'\n"
+        "  .venv/bin/python docs/gen_rules.py",
+        file=sys.stderr,
+    )
+    sys.exit(2)
+
 RULES = ROOT / "rules"
 EXAMPLES = ROOT / "examples"
 OUTPUT = ROOT / "docs" / "rules.md"
@@ -63,6 +73,7 @@ class Scenario:
     describe: str
     build: Callable[[], dict[str, Any]]
     namespace: dict[str, Any] | None = None
+    silent: str = ""  # why the shipped params rightly do nothing here (else doing nothing is an error)
 
 
 def _with(name: str, change: Callable[[dict[str, Any]], None]) -> Callable[[], dict[str, Any]]:
@@ -82,8 +93,9 @@ def _labelled_pod() -> dict[str, Any]:
 
 SCENARIOS: dict[str, Scenario] = {
     "cpu-pods-off-gpu-nodes": Scenario(
-        "a CPU-only pod that tolerates the GPU taint",
+        "a CPU-only pod in a tenant namespace that tolerates the GPU taint",
         lambda: _pod("etl", {"requests": {"cpu": "2"}}, tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}]),
+        _namespace("team-a", TENANT),
     ),
     "gpu-container-resources": Scenario("examples/job-finetune.yaml", lambda: _example("job-finetune.yaml")),
     "gpu-cost-labels": Scenario(
@@ -91,7 +103,19 @@ SCENARIOS: dict[str, Scenario] = {
         lambda: _example("deployment-vllm-serving.yaml"),
         _namespace("ml-serving", {"team": "llm", "cost-center": "cc-4711"}),
     ),
-    "gpu-node-affinity": Scenario("examples/pod-notebook.yaml", lambda: _example("pod-notebook.yaml")),
+    "gpu-envfrom-device-variables": Scenario(
+        "a tenant GPU container with envFrom: [{configMapRef: {name: settings}}]",
+        lambda: {
+            **_pod("train", GPU),
+            "spec": {"containers": [{**_pod("train", GPU)["spec"]["containers"][0], "envFrom": [{"configMapRef": {"name": "settings"}}]}]},
+        },
+        _namespace("team-a", TENANT),
+    ),
+    "gpu-node-affinity": Scenario(
+        "examples/pod-notebook.yaml",
+        lambda: _example("pod-notebook.yaml"),
+        silent="the shipped per-vendor table is empty (no GPU-node label is on every cluster); add your nodes' label",
+    ),
     "gpu-per-pod-ceiling": Scenario(
         "examples/jobset-llm-pretrain.yaml (8 GPUs per worker) in a namespace annotated max-gpus-per-pod: 4",
         lambda: _example("jobset-llm-pretrain.yaml"),
@@ -101,7 +125,17 @@ SCENARIOS: dict[str, Scenario] = {
         "examples/replicaset-embedder.yaml", lambda: _example("replicaset-embedder.yaml")
     ),
     "gpu-toleration": Scenario("examples/rayjob-batch-inference.yaml", lambda: _example("rayjob-batch-inference.yaml")),
-    "kueue-priority-class": Scenario("examples/mpijob-horovod.yaml", lambda: _example("mpijob-horovod.yaml")),
+    "kueue-priority-class": Scenario(
+        "examples/mpijob-horovod.yaml",
+        lambda: _example("mpijob-horovod.yaml"),
+        _namespace("ml-research"),
+    ),
+    "kueue-priority-class-allowed": Scenario(
+        "a tenant Job labelled kueue.x-k8s.io/priority-class: platform-critical",
+        lambda: _with("job-finetune.yaml", lambda o: o["metadata"].setdefault("labels", {}).update(
+            {"kueue.x-k8s.io/priority-class": "platform-critical"}))(),
+        _namespace("ml-research", TENANT),
+    ),
     "kueue-queue-name": Scenario(
         "examples/job-finetune.yaml in a namespace annotated gpu-webhook.io/queue: research",
         lambda: _example("job-finetune.yaml"),
@@ -112,10 +146,27 @@ SCENARIOS: dict[str, Scenario] = {
         lambda: _example("tfjob-resnet.yaml"),
         _namespace("ml-research", {"gpu-webhook.io/queue-required": "true"}),
     ),
+    "mig-single-strategy-placement": Scenario(
+        "a pod requesting nvidia.com/gpu in a namespace annotated gpu-webhook.io/allowed-mig-profiles: 1g.10gb",
+        lambda: _pod("notebook", GPU),
+        _namespace("notebooks", annotations={"gpu-webhook.io/allowed-mig-profiles": "1g.10gb"}),
+    ),
     "mig-profiles": Scenario(
         "examples/cronjob-nightly-eval.yaml (mig-1g.10gb) in a namespace that allows only 2g.20gb",
         lambda: _example("cronjob-nightly-eval.yaml"),
         _namespace("ml-research", annotations={"gpu-webhook.io/allowed-mig-profiles": "2g.20gb"}),
+    ),
+    "no-device-env-in-tenants": Scenario(
+        "a tenant GPU container that sets NVIDIA_VISIBLE_DEVICES=all itself",
+        lambda: {
+            **_pod("greedy", GPU),
+            "spec": {
+                "containers": [
+                    {**_pod("greedy", GPU)["spec"]["containers"][0], "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}
+                ]
+            },
+        },
+        _namespace("team-a", TENANT),
     ),
     "no-gpu-device-hostpath": Scenario(
         "a tenant pod mounting /dev/nvidia0 from the host",
@@ -125,6 +176,11 @@ SCENARIOS: dict[str, Scenario] = {
     "no-host-namespaces-on-gpu-pods": Scenario(
         "a GPU pod with hostIPC in a tenant namespace",
         lambda: _pod("nccl-test", GPU, hostIPC=True),
+        _namespace("team-a", TENANT),
+    ),
+    "no-node-name-in-tenants": Scenario(
+        "a tenant CPU pod pinned to a GPU node with spec.nodeName",
+        lambda: _pod("pinned", nodeName="gpu-node-7"),
         _namespace("team-a", TENANT),
     ),
     "no-privileged-in-tenants": Scenario(
@@ -153,8 +209,23 @@ SCENARIOS: dict[str, Scenario] = {
         "examples/deployment-vllm-serving.yaml",
         lambda: _example("deployment-vllm-serving.yaml"),
     ),
+    "production-gpu-placement": Scenario(
+        "a pod requesting nvidia.com/gpu in a namespace labelled environment=production",
+        lambda: _pod("chatbot", GPU),
+        _namespace("team-a", {"environment": "production"}),
+    ),
+    "runtime-class-allowed": Scenario(
+        "a tenant CPU pod with runtimeClassName: nvidia",
+        lambda: _pod("sneak", runtimeClassName="nvidia"),
+        _namespace("team-a", TENANT),
+    ),
     "serving-readiness-probe": Scenario(
         "examples/deployment-vllm-serving.yaml", lambda: _example("deployment-vllm-serving.yaml")
+    ),
+    "visible-devices-void": Scenario(
+        "a tenant CPU pod (its image or an envFrom ConfigMap may say NVIDIA_VISIBLE_DEVICES=all)",
+        lambda: _pod("etl", {"requests": {"cpu": "2"}}),
+        _namespace("team-a", TENANT),
     ),
     "spot-training-checkpoint": Scenario("examples/pytorchjob-llama2.yaml", lambda: _example("pytorchjob-llama2.yaml")),
 }
@@ -185,7 +256,7 @@ def _outcome(rule_file: Path, scenario: Scenario) -> list[str]:
     ns = scenario.namespace or _namespace(obj["metadata"].get("namespace", "default"))
     decision = evaluate(
         ruleset,
-        AdmissionInput(object=copy.deepcopy(obj), namespace=obj["metadata"].get("namespace"), namespace_object=ns),
+        AdmissionInput.offline(copy.deepcopy(obj), namespace_object=ns),
     )
     out = [f"Input: {scenario.describe}.", ""]
     if decision.errors:
@@ -196,6 +267,8 @@ def _outcome(rule_file: Path, scenario: Scenario) -> list[str]:
     if decision.patch:
         out += ["Patch:", "", "```json", json.dumps(decision.patch, indent=2), "```", ""]
     if not (decision.violations or decision.warnings or decision.patch):
+        if scenario.silent:
+            return [*out, f"Nothing: {scenario.silent}", ""]
         raise SystemExit(f"{rule_file.name}: the doc scenario triggers nothing")
     return out
 

@@ -1,4 +1,4 @@
-"""The AdmissionReview v1 wire contract, in one place (DESIGN §6).
+"""The AdmissionReview v1 wire contract, in one place (admission.k8s.io/v1).
 
 `parse_review` turns request bytes into a ParsedReview or raises ReviewError with a
 message that says exactly what is wrong (the server answers 400 with it).

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -170,3 +171,59 @@ def _write(path: Path, data: bytes, mode: int) -> None:
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
+
+
+def check_bundle(directory: str | os.PathLike[str], dns_name: str, with_key: bool = True) -> list[str]:
+    """What is wrong with DIR/ca.crt, tls.crt (and tls.key) for a webhook reached at `dns_name`; [] if nothing.
+
+    What the apiserver and the server will check later, checked before anything is embedded: the
+    CA parses and is a CA, the serving certificate is signed by it, names `dns_name` in its
+    subjectAltName, is valid now, and (with_key) matches tls.key.
+    """
+    out = Path(directory)
+    problems: list[str] = []
+    try:
+        ca = x509.load_pem_x509_certificate((out / CA_FILE).read_bytes())
+    except (OSError, ValueError) as error:
+        return [f"{out / CA_FILE}: not a readable PEM certificate ({getattr(error, 'strerror', None) or error})"]
+    try:
+        constraints = ca.extensions.get_extension_for_class(x509.BasicConstraints).value
+        if not constraints.ca:
+            problems.append(f"{out / CA_FILE}: not a CA certificate (basicConstraints CA:FALSE)")
+    except x509.ExtensionNotFound:
+        problems.append(f"{out / CA_FILE}: not a CA certificate (no basicConstraints)")
+    try:
+        cert = x509.load_pem_x509_certificate((out / CERT_FILE).read_bytes())
+    except (OSError, ValueError) as error:
+        return [
+            *problems,
+            f"{out / CERT_FILE}: not a readable PEM certificate ({getattr(error, 'strerror', None) or error})",
+        ]
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        problems.append(f"{out / CERT_FILE} is not signed by {out / CA_FILE}: the apiserver would refuse it")
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+            x509.DNSName
+        )
+    except x509.ExtensionNotFound:
+        names = []
+    if dns_name not in names:
+        problems.append(f"{out / CERT_FILE} does not name {dns_name} (it names {', '.join(names) or 'nothing'})")
+    now = _now()
+    if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
+        problems.append(
+            f"{out / CERT_FILE} is not valid now (valid {cert.not_valid_before_utc:%Y-%m-%d} to "
+            f"{cert.not_valid_after_utc:%Y-%m-%d})"
+        )
+    if with_key:
+        try:
+            key = serialization.load_pem_private_key((out / KEY_FILE).read_bytes(), password=None)
+            if key.public_key() != cert.public_key():
+                problems.append(f"{out / KEY_FILE} is not the key of {out / CERT_FILE}")
+        except (OSError, ValueError, TypeError) as error:
+            problems.append(
+                f"{out / KEY_FILE}: not a readable PEM private key ({getattr(error, 'strerror', None) or error})"
+            )
+    return problems

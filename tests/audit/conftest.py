@@ -91,3 +91,15 @@ def kubeconfig(stub, tmp_path) -> str:
 
 def documents(text: str) -> list[dict]:
     return [d for d in yaml.safe_load_all(text) if d]
+
+
+@pytest.fixture
+def cli_main(capsys) -> Callable[..., tuple[int, str, str]]:
+    """Run any `gpu-webhook ARGS` in-process; returns (exit code, stdout, stderr)."""
+
+    def invoke(*args: str) -> tuple[int, str, str]:
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return invoke

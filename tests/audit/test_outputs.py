@@ -26,11 +26,13 @@ def test_table_details_and_summaries(run):
     assert "+  tolerations:" in out  # the patch as a diff of the object's YAML
     assert "WARN   queue-label-warn: GPU Jobs should name a Kueue queue" in out
     assert "AUDIT  team-label-audit: pods should carry a team label" in out
-    assert "3 objects: 2 denied, 1 warned, 0 audited" in out
+    assert "3 objects: 2 denied, 0 with errors, 1 warned, 0 audited" in out
+    # RULE DENY ERROR WARN AUDIT PASS SKIPPED PATCHED GPUS-AFFECTED
     rule_row = next(line for line in out.splitlines() if line.startswith("gpu-requests-equal-limits"))
-    assert rule_row.split() == ["gpu-requests-equal-limits", "1", "0", "0", "0", "1", "0", "1"]
+    assert rule_row.split() == ["gpu-requests-equal-limits", "1", "0", "0", "0", "1", "0", "0", "1"]
+    # NAMESPACE DENIED ERRORS WARNED AUDITED PASSED SKIPPED GPUS-AFFECTED
     namespace_row = next(line for line in out.splitlines() if line.startswith("team-a "))
-    assert namespace_row.split() == ["team-a", "1", "1", "0", "0", "0", "5"]
+    assert namespace_row.split() == ["team-a", "1", "0", "1", "0", "0", "0", "5"]
 
 
 def test_summary_only(run):
@@ -49,7 +51,7 @@ def test_json(run):
         "value": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
     } in trainer["patch"]
     assert trainer["diff"].startswith("--- submitted\n+++ after mutation\n")
-    assert report["summary"]["byResult"] == {"fail": 2, "warn": 1, "audit": 0, "error": 0, "pass": 0}
+    assert report["summary"]["byResult"] == {"fail": 2, "error": 0, "warn": 1, "audit": 0, "pass": 0, "skip": 0}
     assert report["summary"]["rules"]["queue-label-warn"]["warn"] == 1
 
 
@@ -89,10 +91,22 @@ def test_policyreport_validates_against_the_crd_schema(run):
     assert warned == {"queue-label-warn": "medium", "team-label-audit": "low"}
 
 
+def test_a_manifest_without_namespace_is_reported_where_kubectl_would_create_it(run, tmp_path):
+    pod = tmp_path / "pod.yaml"  # helm template output: no namespace; kubectl apply puts it in -n or default
+    pod.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {containers: [{name: c, image: i}]}\n")
+    _, out, _ = run(str(pod), "--rules", RULES, "-o", "policyreport")
+    (report,) = documents(out)
+    assert report["kind"] == "PolicyReport" and report["metadata"]["namespace"] == "default"
+    _, out, _ = run(str(pod), "--rules", RULES, "-o", "policyreport", "-n", "team-c")
+    (report,) = documents(out)
+    assert report["metadata"]["namespace"] == "team-c"
+    assert report["results"][0]["resources"][0]["namespace"] == "team-c"
+
+
 def test_cluster_scoped_objects_go_to_a_cluster_policy_report(run, tmp_path):
-    node_pod = tmp_path / "pod.yaml"  # no namespace: reported cluster-wide
-    node_pod.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {containers: [{name: c, image: i}]}\n")
-    _, out, _ = run(str(node_pod), "--rules", RULES, "-o", "policyreport")
+    node = tmp_path / "node.yaml"
+    node.write_text("apiVersion: v1\nkind: Node\nmetadata: {name: gpu-1}\n")
+    _, out, _ = run(str(node), "--rules", RULES, "-o", "policyreport")
     (report,) = documents(out)
     assert report["kind"] == "ClusterPolicyReport" and "namespace" not in report["metadata"]
 

@@ -9,6 +9,7 @@ import pytest
 
 from tests.audit.conftest import FIXTURES, RULES, WORKLOADS
 from webhook.audit import SourceError, read_manifests
+from webhook.engine import NO_NAMESPACE_CONTEXT
 
 
 def names(output: str) -> list[str]:
@@ -45,7 +46,7 @@ def test_json_on_stdin_is_read_as_yaml(run):
 def test_streams_one_document_at_a_time(tmp_path):
     # the first object comes out before the broken third document is even parsed
     path = tmp_path / "m.yaml"
-    path.write_text("kind: Pod\nmetadata: {name: a}\n---\nkind: Pod\nmetadata: {name: b}\n---\n: : [\n")
+    path.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: b}\n---\n: : [\n")
     stream = read_manifests([str(path)])
     assert next(stream).object["metadata"]["name"] == "a"
     assert next(stream).object["metadata"]["name"] == "b"
@@ -76,5 +77,7 @@ def test_namespace_objects_feed_namespace_object(run, tmp_path):
     _, out, _ = run(WORKLOADS, "--rules", NS_RULES, "-o", "json", "--namespace-objects", str(namespaces))
     trainer = json.loads(out)["objects"][0]
     assert [(r["rule"], r["result"]) for r in trainer["rules"]] == [("no-gpu-namespaces", "fail")]
-    _, out, _ = run(WORKLOADS, "--rules", NS_RULES, "-o", "json")  # unknown namespace: the selector cannot match
-    assert json.loads(out)["objects"][0]["rules"] == []
+    _, out, _ = run(WORKLOADS, "--rules", NS_RULES, "-o", "json")  # unknown namespace: said so, not "passed"
+    assert json.loads(out)["objects"][0]["rules"] == [
+        {"rule": "no-gpu-namespaces", "result": "skip", "messages": [NO_NAMESPACE_CONTEXT], "patched": False}
+    ]

@@ -43,7 +43,7 @@ def test_two_denials_and_three_patches_are_all_named(cli, tmp_path):
     pod.write_text(yaml.safe_dump(POD))
     namespace = tmp_path / "ns.yaml"
     namespace.write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a, labels: {team: ml}}\n")
-    code, out, _ = cli("explain", "-f", str(pod), "--namespace-object", str(namespace), "--rules", str(rules))
+    code, out, _ = cli("explain", "-f", str(pod), "--namespace-objects", str(namespace), "--rules", str(rules))
     assert code == 1
     assert "\x1b[" not in out  # no colour off a terminal
     decision = out[out.index("Decision:") :]

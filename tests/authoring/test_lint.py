@@ -263,3 +263,32 @@ def test_exit_codes(cli, tmp_path):
     ]
     code, _, err = cli("lint", str(tmp_path / "missing"))
     assert code == 2 and "rules path not found" in err
+
+
+def test_params_references_are_checked_against_the_rules_params(cli, write):
+    path = write(
+        "taint.yaml",
+        """
+        apiVersion: gpu-webhook.io/v1alpha1
+        kind: GPUPolicy
+        metadata: {name: taint-check}
+        spec:
+          action: Deny
+          params: {taintKey: nvidia.com/gpu, effects: [NoSchedule]}
+          match: {kinds: [Pod], operations: [CREATE]}
+          validate:
+            expression: >-
+              !has(object.spec.tolerations) ||
+              object.spec.tolerations.all(t, t.key != params.taintkey || t.effect in params['effects'])
+            messageExpression: "'missing ' + params['taint_key']"
+        """,
+    )
+    code, out, _ = cli("lint", str(path))
+    assert code == 1
+    assert (
+        "rule taint-check: spec.validate.expression: params.taintkey is not a param of this rule "
+        "(its params: effects, taintKey); did you mean params.taintKey?"
+    ) in out
+    assert "spec.validate.messageExpression: params.taint_key is not a param" in out
+    assert "params.effects" not in out  # defined: no complaint
+    assert out.count("is not a param") == 2

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.authoring.conftest import BASIC_RULES, RULES
+from tests.authoring.conftest import BASIC_RULES, HEADER, RULES
 from webhook.authoring.suite import is_subset, project
 
 
@@ -164,3 +164,54 @@ def test_console_script(tmp_path):
     done = subprocess.run([str(script), "test", str(RULES)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[-1] == f"{pack_cases()} passed, 0 failed"
+
+
+def test_a_case_about_a_rule_that_does_not_exist_fails(cli, write, tmp_path):
+    write(
+        "rules/r.yaml",
+        HEADER + "metadata: {name: real}\nspec:\n  match: {kinds: [Pod], operations: [CREATE]}\n"
+        "  validate: {expression: 'true'}\n",
+    )
+    write(
+        "suites/s.test.yaml",
+        """
+        apiVersion: gpu-webhook.io/v1alpha1
+        kind: GPUPolicyTest
+        metadata: {name: s}
+        spec:
+          rules: ../rules
+          cases:
+            - name: typo
+              object: {apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {}}
+              expect: {rules: [{rule: reall, result: skipped}]}
+        """,
+    )
+    code, out, _ = cli("test", str(tmp_path / "suites"))
+    assert code == 1 and "rule reall: no such rule in the rules under test" in out
+
+
+def test_errors_and_binary_files_in_suites(cli, write, tmp_path):
+    write(
+        "rules/r.yaml",
+        HEADER + "metadata: {name: broken}\nspec:\n  action: Deny\n  failurePolicy: Fail\n"
+        "  match: {kinds: [Pod], operations: [CREATE]}\n  validate: {expression: 'object.spec.nothere == 1'}\n",
+    )
+    write(
+        "suites/s.test.yaml",
+        """
+        apiVersion: gpu-webhook.io/v1alpha1
+        kind: GPUPolicyTest
+        metadata: {name: s}
+        spec:
+          rules: ../rules
+          cases:
+            - name: an error is an error, not a denial
+              object: {apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {}}
+              expect: {allowed: false, rules: [{rule: broken, result: error}]}
+        """,
+    )
+    (tmp_path / "suites" / "zz-binary.test.yaml").write_bytes(b"\xff\xfe\x00binary")
+    code, out, err = cli("test", str(tmp_path / "suites"))
+    assert "zz-binary.test.yaml: not UTF-8 text" in err and "Traceback" not in err
+    assert "an error is an error, not a denial PASSED" in out
+    assert code == 2  # a suite file could not be read: the run is incomplete

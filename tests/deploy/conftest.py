@@ -47,7 +47,7 @@ def rendered(ca_dir: Path) -> dict[str, list[dict[str, Any]]]:
     for overlay in OVERLAYS:
         text = yaml.safe_dump_all(render(MANIFESTS, overlay=overlay, ca_dir=ca_dir), sort_keys=False)
         out[overlay] = list(yaml.safe_load_all(text))
-    out["cert-manager"] = render(MANIFESTS, overlay="enforce", components=["cert-manager", "policyreports"])
+    out["cert-manager"] = render(MANIFESTS, overlay="enforce", components=["cert-manager", "policyreports", "audit-cronjob"])
     return out
 
 

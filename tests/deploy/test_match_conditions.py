@@ -1,6 +1,6 @@
 """The mutating webhook's matchConditions, run with CEL as the apiserver would run them.
 
-An expression that errors rejects the request under failurePolicy Fail (DESIGN §6), so
+An expression that errors rejects the request under failurePolicy Fail (as the apiserver does), so
 each condition must evaluate to a bool, never an error, on every kind the webhook rules
 can send — including half-filled objects (mutating webhooks run before schema validation).
 """

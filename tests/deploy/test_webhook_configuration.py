@@ -1,4 +1,4 @@
-"""The webhook configurations follow DESIGN §6, and the Deployment is highly available and
+"""The webhook configurations fail safe and match what the engine needs, and the Deployment is highly available and
 passes the Pod Security `restricted` profile."""
 
 from __future__ import annotations

@@ -295,3 +295,157 @@ def test_same_decision_through_engine_server_and_audit(cert_dir: Path, rules_dir
         assert row.get("patch", []) == full.patch, obj
         denied = {r["rule"] for r in row["rules"] if r["result"] == "fail"}
         assert denied == {v.rule for v in full.violations}, obj
+
+
+# -- the doors agree on request.*, on namespace context and on manifests without a namespace ---------
+
+DOOR_RULES = """
+# Reads request.*: a door that builds its own `request` (without kind, name or namespace) denies.
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: door-reads-request}
+spec:
+  action: Deny
+  match: {kinds: [Pod, Deployment, Job, PyTorchJob], operations: [CREATE]}
+  validate:
+    expression: >-
+      request.kind.kind == object.kind && request.name == object.metadata.name &&
+      request.namespace == object.metadata.namespace && request.operation == 'CREATE' &&
+      request.kind.version != ''
+    message: request does not describe the object
+---
+# Namespace-dependent: denies GPU work in namespaces labelled gpu-access=none.
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: door-namespace-gpu-access}
+spec:
+  action: Deny
+  match:
+    kinds: [Pod]
+    operations: [CREATE]
+    gpu: true
+    namespaceSelector: {matchLabels: {gpu-access: none}}
+  validate: {expression: "false", message: "no GPUs in this namespace"}
+"""
+NAMESPACES = {
+    "team-a": {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": "team-a",
+            "labels": {"gpu-access": "none", "gpu-webhook.io/tenant": "true", "team": "a", "cost-center": "42"},
+        },
+    }
+}
+
+
+class _StaticNamespaces:
+    """The server's namespace cache, synced, holding the same Namespace the manifest carries."""
+
+    synced = True
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        return NAMESPACES.get(name)
+
+    def start(self) -> None:
+        pass
+
+    def stop(self, timeout: float = 5.0) -> None:
+        pass
+
+
+async def _through_server_with_namespaces(
+    objects: list[dict[str, Any]], cert_dir: Path, rules_dir: Path
+) -> list[dict[str, Any]]:
+    server = await start_server(cert_dir, rules_dir, namespaces=_StaticNamespaces())
+    answers = []
+    try:
+        connector = aiohttp.TCPConnector(ssl=client_ssl(cert_dir))
+        async with aiohttp.ClientSession(connector=connector) as session:
+            for obj in objects:
+                # the apiserver writes the request's namespace into a namespace-less object before admission
+                submitted = {**obj, "metadata": {**obj["metadata"], "namespace": "team-a"}}
+                answer = {}
+                for endpoint in ("mutate", "validate"):
+                    url = f"https://localhost:{server.port}/{endpoint}"
+                    async with session.post(url, json=make_review(submitted, namespace="team-a")) as response:
+                        answer[endpoint] = (await response.json())["response"]
+                answers.append(answer)
+    finally:
+        await server.stop()
+    return answers
+
+
+def test_doors_agree_on_request_namespace_context_and_namespace_less_manifests(
+    cert_dir: Path, rules_dir: Path, tmp_path: Path
+) -> None:
+    """Server, audit (-n, Namespace in the input), explain and test give one decision per object."""
+    (rules_dir / "door-rules.yaml").write_text(DOOR_RULES)
+    objects: list[dict[str, Any]] = []
+
+    @settings(max_examples=15)
+    @given(workload())
+    def collect(obj: dict[str, Any]) -> None:
+        metadata = {k: v for k, v in obj["metadata"].items() if k != "namespace"}  # as `helm template` writes it
+        objects.append({**obj, "metadata": metadata})
+
+    collect()
+    answers = asyncio.run(_through_server_with_namespaces(objects, cert_dir, rules_dir))
+    served = [a["validate"]["allowed"] and a["mutate"]["allowed"] for a in answers]
+    assert any(not allowed for allowed in served) and any(served)  # both kinds of answer are compared
+
+    # audit: the Namespace object in the stream, namespace-less manifests placed with -n
+    manifest = tmp_path / "chart.yaml"
+    manifest.write_text(yaml.safe_dump_all([NAMESPACES["team-a"], *objects], sort_keys=False))
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        main(["audit", str(manifest), "--rules", str(rules_dir), "-o", "json", "-n", "team-a"])
+    rows = json.loads(output.getvalue())["objects"]
+    assert len(rows) == len(objects)
+
+    # test: the same objects as GPUPolicyTest cases, expecting what the server answered
+    cases = [
+        {
+            "name": f"case-{i}",
+            "object": obj,
+            "namespace": "team-a",
+            "namespaceObject": NAMESPACES["team-a"],
+            "expect": {"allowed": allowed},
+        }
+        for i, (obj, allowed) in enumerate(zip(objects, served, strict=True))
+    ]
+    suite = tmp_path / "suite.test.yaml"
+    suite.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "gpu-webhook.io/v1alpha1",
+                "kind": "GPUPolicyTest",
+                "metadata": {"name": "doors"},
+                "spec": {"cases": cases},
+            },
+            sort_keys=False,
+        )
+    )
+    with contextlib.redirect_stdout(io.StringIO()) as suite_output:
+        code = main(["test", str(suite), "--rules", str(rules_dir)])
+    assert code == 0, suite_output.getvalue()
+
+    for index, (obj, answer, row) in enumerate(zip(objects, answers, rows, strict=True)):
+        allowed = served[index]
+        assert row["namespace"] == "team-a"
+        assert row["result"] != "skip" and not any(r["result"] == "skip" for r in row["rules"]), row
+        assert (not allowed) == any(r.get("blocks") for r in row["rules"]), (obj, answer, row)
+        denied = {r["rule"] for r in row["rules"] if r["result"] == "fail"}
+        assert "door-reads-request" not in denied
+        if not answer["validate"]["allowed"]:
+            for rule in denied:
+                assert f"[{rule}]" in answer["validate"]["status"]["message"]
+        patch = answer["mutate"].get("patch")
+        assert (orjson.loads(base64.b64decode(patch)) if patch else []) == row.get("patch", []), obj
+
+        # explain, with the Namespace beside the object in its file
+        single = tmp_path / f"object-{index}.yaml"
+        single.write_text(yaml.safe_dump_all([NAMESPACES["team-a"], obj], sort_keys=False))
+        with contextlib.redirect_stdout(io.StringIO()):
+            explained = main(["explain", "-f", str(single), "--rules", str(rules_dir), "-n", "team-a"])
+        assert (explained == 0) == allowed, obj

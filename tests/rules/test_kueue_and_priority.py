@@ -67,9 +67,22 @@ class TestQueueName:
         )
         assert run(rule_pack("kueue-queue-name"), from_cron, ns).patch[0]["path"] == QUEUE
 
-    def test_pods_are_not_labelled(self, rule_pack):
+    def test_bare_pods_are_labelled_controller_pods_are_not(self, rule_pack):
+        """Kueue's pod integration reads the label on bare Pods; pods of a controller get it from the parent."""
         ns = namespace("ml-research", annotations={"gpu-webhook.io/queue": "research"})
-        assert run(rule_pack("kueue-queue-name"), gpu_pod(ns="ml-research"), ns).patch == []
+        patch = run(rule_pack("kueue-queue-name"), gpu_pod(ns="ml-research"), ns).patch
+        assert patch == [{"op": "add", "path": "/metadata/labels", "value": {"kueue.x-k8s.io/queue-name": "research"}}]
+        owned = gpu_pod(ns="ml-research")
+        owned["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "r", "controller": True}]
+        assert run(rule_pack("kueue-queue-name"), owned, ns).patch == []
+
+    def test_a_queue_name_longer_than_a_label_value_fails_the_rule(self, rule_pack):
+        name = "q" * 64  # a valid LocalQueue name (DNS-1123 subdomain), not a valid label value
+        ns = namespace("ml-research", annotations={"gpu-webhook.io/queue": name})
+        decision = run(rule_pack("kueue-queue-name"), job(), ns)
+        assert decision.patch == [] and "not a valid label value" in decision.errors[0].message
+        ns["metadata"]["annotations"]["gpu-webhook.io/queue"] = "q" * 63
+        assert run(rule_pack("kueue-queue-name"), job(), ns).patch[0]["value"] == "q" * 63
 
     def test_invalid_queue_name_fails_the_rule(self, rule_pack):
         ns = namespace("ml-research", annotations={"gpu-webhook.io/queue": "Not A Queue"})
@@ -83,7 +96,13 @@ class TestQueueRequired:
     def test_gpu_job_without_queue_is_denied(self, rule_pack):
         decision = run(rule_pack("kueue-queue-required"), example("tfjob-resnet.yaml"), self.required)
         assert decision.denial_message == (
-            "[kueue-queue-required] TFJob resnet50 requests GPUs in namespace ml-research, which requires a Kueue "
+            "[kueue-queue-required] TFJob resnet50 requests GPUs in namespace ml-research, which requires Kueue, but "
+            "Kueue does not manage TFJob in this cluster; use a kind it manages (TrainJob, JobSet, Job) or enable its "
+            "integration and list it in params.managedKinds"
+        )
+        obj = job()
+        assert run(rule_pack("kueue-queue-required"), obj, self.required).denial_message == (
+            "[kueue-queue-required] Job train requests GPUs in namespace ml-research, which requires a Kueue "
             "queue; set the label kueue.x-k8s.io/queue-name to a LocalQueue"
         )
 
@@ -152,7 +171,7 @@ class TestPriorityClassByWorkload:
 
 class TestKueuePriorityClass:
     def test_job_gets_the_training_workload_priority_class(self, rule_pack):
-        decision = run(rule_pack("kueue-priority-class"), job())
+        decision = run(rule_pack("kueue-priority-class"), job(), namespace("ml-research"))
         assert decision.patch == [
             {"op": "add", "path": "/metadata/labels/kueue.x-k8s.io~1priority-class", "value": "training-batch"}
         ]
@@ -160,12 +179,20 @@ class TestKueuePriorityClass:
     def test_type_label_and_existing_value(self, rule_pack):
         obj = job()
         obj["metadata"]["labels"]["gpu-webhook.io/workload-type"] = "serving"
-        assert run(rule_pack("kueue-priority-class"), obj).patch[0]["value"] == "serving-critical"
+        ns = namespace("ml-research")
+        assert run(rule_pack("kueue-priority-class"), obj, ns).patch[0]["value"] == "serving-critical"
         obj["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "mine"
-        assert run(rule_pack("kueue-priority-class"), obj).patch == []
+        assert run(rule_pack("kueue-priority-class"), obj, ns).patch == []
 
-    def test_deployments_are_not_job_kinds(self, rule_pack):
-        assert run(rule_pack("kueue-priority-class"), example("deployment-vllm-serving.yaml")).patch == []
+    def test_deployments_are_kueue_workloads_that_serve(self, rule_pack):
+        deployment = example("deployment-vllm-serving.yaml")
+        patch = run(rule_pack("kueue-priority-class"), deployment, namespace("ml-serving")).patch
+        assert [op["path"] for op in patch] == ["/metadata/labels/kueue.x-k8s.io~1priority-class"]
+        assert patch[0]["value"] == "serving-critical"
+
+    def test_no_class_outside_the_namespace_allowed_set_is_injected(self, rule_pack):
+        ns = namespace("ml-research", annotations={"gpu-webhook.io/allowed-workload-priority-classes": "low"})
+        assert run(rule_pack("kueue-priority-class"), job(), ns).patch == []
 
 
 class TestPriorityClassAllowed:

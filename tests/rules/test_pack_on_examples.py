@@ -47,18 +47,28 @@ CPU_ONLY_TEMPLATES = {
 
 @pytest.mark.parametrize(("manifest", "cpu_only"), sorted(CPU_ONLY_TEMPLATES.items()))
 def test_patch_never_touches_a_cpu_only_template(pack, manifest, cpu_only):
-    """Ray heads, TFJob parameter servers, MPI launchers and JobSet drivers request no GPU: left alone."""
+    """Ray heads, TFJob parameter servers, MPI launchers and JobSet drivers request no GPU: no GPU patch
+    touches them; in a tenant namespace they only get NVIDIA_VISIBLE_DEVICES=void (visible-devices-void)."""
     original = example(manifest)
     decision = run(pack, copy.deepcopy(original), namespace(original["metadata"]["namespace"], **CONTEXT))
     assert decision.patch
-    assert not [op for op in decision.patch if op["path"].startswith(cpu_only)]
+    touched = [op for op in decision.patch if op["path"].startswith(cpu_only)]
+    void = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
+    assert all(op["path"].endswith(("/env", "/env/-")) for op in touched), touched
+    assert all(op["value"] in (void, [void]) for op in touched), touched
 
 
 def test_pod_of_a_patched_deployment_needs_no_further_patch(pack):
     """The pod a ReplicaSet makes from the patched template, as the apiserver sends it, is already compliant."""
     ns = namespace("ml-serving", **CONTEXT)
     deployment = example("deployment-vllm-serving.yaml")
-    template = run(pack, copy.deepcopy(deployment), ns).mutated["spec"]["template"]
+    mutated = run(pack, copy.deepcopy(deployment), ns).mutated
+    template = mutated["spec"]["template"]
+    # Kueue's Deployment webhook copies the Deployment's queue label into the pod template
+    # (kueue site docs, tasks/run/deployment.md); the ReplicaSet's pods carry it.
+    template["metadata"].setdefault("labels", {})["kueue.x-k8s.io/queue-name"] = mutated["metadata"]["labels"][
+        "kueue.x-k8s.io/queue-name"
+    ]
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from tests.rules.rulekit import example, gpu_pod, run
+import jsonpatch
+import pytest
+import yaml
+
+from tests.rules.rulekit import RULES, example, gpu_pod, namespace, run
+from webhook.engine import RuleSet, load_rules
 
 
 class TestRequestsEqualLimits:
@@ -68,9 +73,42 @@ class TestToleration:
     def test_cpu_pod_is_left_alone(self, rule_pack):
         assert run(rule_pack("gpu-toleration"), gpu_pod(gpus=None)).patch == []
 
+    def test_mig_slices_get_the_nvidia_toleration(self, rule_pack):
+        patch = run(rule_pack("gpu-toleration"), gpu_pod(resource="nvidia.com/mig-1g.10gb")).patch
+        assert patch[0]["value"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+    def test_each_vendor_gets_its_own_toleration_and_it_is_stable(self, rule_pack):
+        pod = gpu_pod(resource="amd.com/gpu")
+        pod["spec"]["initContainers"] = [{"name": "warm", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+        decision = run(rule_pack("gpu-toleration"), pod)
+        patched = jsonpatch.apply_patch(pod, decision.patch)
+        assert [t["key"] for t in patched["spec"]["tolerations"]] == ["nvidia.com/gpu", "amd.com/gpu"]
+        assert run(rule_pack("gpu-toleration"), patched).patch == []
+
+
+SITE_NODE_LABELS = [
+    {"prefix": "nvidia.com/", "key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]},
+    {"prefix": "amd.com/", "key": "feature.node.kubernetes.io/amd-gpu", "operator": "In", "values": ["true"]},
+]
+
+
+@pytest.fixture(scope="module")
+def site_affinity(tmp_path_factory: pytest.TempPathFactory) -> RuleSet:
+    """gpu-node-affinity as a site configures it: its nodes' real labels in the per-vendor table."""
+    rule = yaml.safe_load((RULES / "gpu-node-affinity.yaml").read_text())
+    rule["spec"]["params"]["gpuNode"]["byResourcePrefix"] = SITE_NODE_LABELS
+    path = tmp_path_factory.mktemp("site") / "gpu-node-affinity.yaml"
+    path.write_text(yaml.safe_dump(rule))
+    result = load_rules(path)
+    assert result.ok, result.errors
+    return result.ruleset
+
 
 class TestNodeAffinity:
-    def test_requirement_joins_every_existing_term(self, rule_pack):
+    def test_shipped_table_assumes_no_node_label(self, rule_pack):
+        assert run(rule_pack("gpu-node-affinity"), gpu_pod()).patch == []
+
+    def test_requirement_joins_every_existing_term(self, site_affinity):
         terms = [
             {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
             {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
@@ -78,16 +116,42 @@ class TestNodeAffinity:
         pod = gpu_pod(
             affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
         )
-        decision = run(rule_pack("gpu-node-affinity"), pod)
+        decision = run(site_affinity, pod)
         base = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms"
         assert [op["path"] for op in decision.patch] == [f"{base}/0/matchExpressions/-", f"{base}/1/matchExpressions/-"]
         assert decision.patch[0]["value"] == {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}
+
+    def test_each_vendor_gets_its_own_label(self, site_affinity):
+        pod = gpu_pod(resource="amd.com/gpu")
+        patched = jsonpatch.apply_patch(pod, run(site_affinity, pod).patch)
+        terms = patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert terms["nodeSelectorTerms"] == [
+            {"matchExpressions": [{"key": "feature.node.kubernetes.io/amd-gpu", "operator": "In", "values": ["true"]}]}
+        ]
+
+    def test_a_pod_of_two_vendors_needs_both_in_one_term_and_is_stable(self, site_affinity):
+        pod = gpu_pod()
+        pod["spec"]["containers"].append({"name": "rocm", "resources": {"limits": {"amd.com/gpu": "1"}}})
+        decision = run(site_affinity, pod)
+        patched = jsonpatch.apply_patch(pod, decision.patch)
+        terms = patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert [e["key"] for e in terms["nodeSelectorTerms"][0]["matchExpressions"]] == [
+            "nvidia.com/gpu.present",
+            "feature.node.kubernetes.io/amd-gpu",
+        ]
+        assert run(site_affinity, patched).patch == []  # idempotent
+
+    def test_cpu_pod_is_left_alone(self, site_affinity):
+        assert run(site_affinity, gpu_pod(gpus=None)).patch == []
+
+
+TENANT_NS = namespace("team-a", labels={"gpu-webhook.io/tenant": "true"})
 
 
 class TestCpuPodsOffGpuNodes:
     def test_cpu_pod_tolerating_the_gpu_taint_is_denied(self, rule_pack):
         pod = gpu_pod(name="etl", gpus=None, tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}])
-        decision = run(rule_pack("cpu-pods-off-gpu-nodes"), pod)
+        decision = run(rule_pack("cpu-pods-off-gpu-nodes"), pod, TENANT_NS)
         assert decision.denial_message == (
             "[cpu-pods-off-gpu-nodes] pod etl requests no GPU but tolerates the GPU taint nvidia.com/gpu; "
             "remove the toleration or request a GPU"
@@ -95,11 +159,11 @@ class TestCpuPodsOffGpuNodes:
 
     def test_cpu_pod_selecting_gpu_nodes_is_denied(self, rule_pack):
         pod = gpu_pod(gpus=None, nodeSelector={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"})
-        assert not run(rule_pack("cpu-pods-off-gpu-nodes"), pod).allowed
+        assert not run(rule_pack("cpu-pods-off-gpu-nodes"), pod, TENANT_NS).allowed
 
     def test_gpu_pod_may_tolerate(self, rule_pack):
         pod = gpu_pod(tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}])
-        assert run(rule_pack("cpu-pods-off-gpu-nodes"), pod).allowed
+        assert run(rule_pack("cpu-pods-off-gpu-nodes"), pod, TENANT_NS).allowed
 
     def _agent(self, name: str, ns: str) -> dict:
         return {
@@ -109,24 +173,24 @@ class TestCpuPodsOffGpuNodes:
             "spec": {
                 "template": {
                     "spec": {
-                        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
-                        "containers": [{"name": "exporter", "image": "nvcr.io/nvidia/k8s/dcgm-exporter"}],
+                        "tolerations": [{"operator": "Exists"}],
+                        "containers": [{"name": "agent", "image": "quay.io/prometheus/node-exporter:v1.8.2"}],
                     }
                 }
             },
         }
 
-    def test_allow_listed_node_agent_daemonset_and_its_pods_pass(self, rule_pack):
+    def test_node_agents_in_platform_namespaces_pass(self, rule_pack):
         rules = rule_pack("cpu-pods-off-gpu-nodes")
-        assert run(rules, self._agent("dcgm-exporter", "monitoring")).allowed
-        pod = gpu_pod(ns="monitoring", gpus=None, tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}])
-        pod["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": "dcgm-exporter", "controller": True}]
-        assert run(rules, pod).allowed
+        for agent in ("prometheus-node-exporter", "fluent-bit", "ebs-csi-node"):
+            assert run(rules, self._agent(agent, "monitoring"), namespace("monitoring")).allowed
+        pod = gpu_pod(ns="monitoring", gpus=None, tolerations=[{"operator": "Exists"}])
+        pod["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": "anything", "controller": True}]
+        assert run(rules, pod, namespace("monitoring")).allowed
 
-    def test_other_daemonsets_are_denied(self, rule_pack):
+    def test_tenant_daemonsets_are_denied_whatever_their_name(self, rule_pack):
         rules = rule_pack("cpu-pods-off-gpu-nodes")
-        assert not run(rules, self._agent("log-shipper", "monitoring")).allowed
-        assert not run(rules, self._agent("dcgm-exporter", "team-a")).allowed  # right name, wrong namespace
+        assert not run(rules, self._agent("dcgm-exporter", "team-a"), TENANT_NS).allowed
 
 
 class TestVisibleDevices:

@@ -5,25 +5,30 @@ from __future__ import annotations
 import copy
 
 from tests.rules.rulekit import example, gpu_pod, namespace, run
+from webhook.engine.model import Target
+from webhook.engine.mutate import MutationContext
+from webhook.engine.patch import Patcher
+from webhook.engine.resources import DEFAULT
 
 TENANT = namespace("team-a", labels={"gpu-webhook.io/tenant": "true"})
 
 
 class TestCostLabels:
-    def test_namespace_labels_and_metrics_annotation_are_added(self, rule_pack):
+    def test_namespace_labels_are_added_as_labels_only(self, rule_pack):
         ns = namespace("team-a", labels={"team": "llm", "cost-center": "cc-4711", "other": "x"})
         decision = run(rule_pack("gpu-cost-labels"), gpu_pod(), ns)
         assert decision.patch == [
             {"op": "add", "path": "/metadata/labels", "value": {"team": "llm"}},
             {"op": "add", "path": "/metadata/labels/cost-center", "value": "cc-4711"},
-            {"op": "add", "path": "/metadata/annotations", "value": {"gpu-webhook.io/gpu-metrics": "dcgm"}},
         ]
 
-    def test_pod_values_win_and_missing_namespace_labels_are_skipped(self, rule_pack):
+    def test_namespace_values_win_and_missing_ones_are_unattributed(self, rule_pack):
         pod = gpu_pod()
-        pod["metadata"]["labels"] = {"team": "own"}
+        pod["metadata"]["labels"] = {"team": "own", "cost-center": "cc-0001"}
         decision = run(rule_pack("gpu-cost-labels"), pod, namespace("team-a", labels={"team": "llm"}))
-        assert [op["path"] for op in decision.patch] == ["/metadata/annotations"]
+        assert decision.mutated["metadata"]["labels"] == {"team": "llm", "cost-center": "unattributed"}
+        again = run(rule_pack("gpu-cost-labels"), decision.mutated, namespace("team-a", labels={"team": "llm"}))
+        assert again.patch == []
 
     def test_templates_get_the_labels(self, rule_pack):
         decision = run(
@@ -137,17 +142,19 @@ class TestIsolation:
             "/",
             "/run/nvidia/driver",
             "/usr/local/nvidia/lib64",
+            "/proc",  # contains /proc/driver/nvidia
+            "/var/lib/kubelet/pod-resources/kubelet.sock",
         ):
             pod = gpu_pod(name="p", volumes=[{"name": "h", "hostPath": {"path": path}}])
             decision = run(rules, pod, TENANT)
             assert decision.denial_message == (
-                f"[no-gpu-device-hostpath] pod p: volume h mounts host path {path}, which exposes GPU devices or "
-                "the driver; request GPUs through resources.limits"
+                f"[no-gpu-device-hostpath] pod p: volume h mounts host path {path}, which exposes GPU devices, the "
+                "driver or the kubelet's device sockets; request GPUs through resources.limits"
             ), path
 
     def test_other_host_paths_pass(self, rule_pack):
         rules = rule_pack("no-gpu-device-hostpath")
-        for path in ("/data", "/devices", "/var/lib/docker/containers", "/proc"):
+        for path in ("/data", "/devices", "/var/lib/docker/containers", "/var/log/pods", "/etc/ssl/certs"):
             assert run(rules, gpu_pod(volumes=[{"name": "h", "hostPath": {"path": path}}]), TENANT).allowed, path
 
     def test_host_ipc_on_gpu_pod_in_tenant_namespace_is_denied(self, rule_pack):
@@ -196,3 +203,39 @@ class TestSpotCheckpoint:
         assert run(rule_pack("spot-training-checkpoint"), obj).warnings == []
         worker["nodeSelector"] = {"eks.amazonaws.com/capacityType": "SPOT"}
         assert len(run(rule_pack("spot-training-checkpoint"), obj).warnings) == 1
+
+
+class TestVisibleDevicesVoidOnEphemeralContainers:
+    """kubectl debug adds an ephemeral container through pods/ephemeralcontainers (an UPDATE).
+
+    The engine hands the subresource to the mutation; these tests drive the rule's own addEnv
+    mutation with that context, as evaluate does once it passes `sub_resource` on.
+    """
+
+    def _apply(self, rule_pack, pod: dict, operation: str, sub_resource: str) -> list[dict]:
+        (rule,) = rule_pack("visible-devices-void").rules
+        patcher = Patcher(copy.deepcopy(pod))
+        target = Target(description="pod p", root=(), pod_specs=(("spec",),), is_pod=True)
+        context = MutationContext(patcher, target, operation, lambda e: None, DEFAULT, sub_resource=sub_resource)
+        for mutation in rule.mutations:
+            mutation.apply(context)
+        return patcher.operations
+
+    def _running_pod(self) -> dict:
+        pod = gpu_pod(name="p")
+        pod["spec"]["containers"].append({"name": "side", "image": "busybox"})  # created before the webhook
+        pod["spec"]["ephemeralContainers"] = [{"name": "debugger", "image": "nvidia/cuda:12.4.0-base-ubuntu22.04"}]
+        return pod
+
+    def test_the_debug_container_gets_void(self, rule_pack):
+        ops = self._apply(rule_pack, self._running_pod(), "UPDATE", "ephemeralcontainers")
+        assert ops == [
+            {
+                "op": "add",
+                "path": "/spec/ephemeralContainers/0/env",
+                "value": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
+            }
+        ]
+
+    def test_a_plain_update_changes_no_container(self, rule_pack):
+        assert self._apply(rule_pack, self._running_pod(), "UPDATE", "") == []

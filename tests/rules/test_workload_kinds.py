@@ -80,9 +80,9 @@ def test_pytorchjob_worker_denial_names_container_and_fix(pack):
 
 def test_top_level_rules_see_the_job_object_not_its_templates(rule_pack):
     """Kueue labels live on the job object: a rule listing job kinds targets the object itself."""
-    obj = example("pytorchjob-llama2.yaml")
+    obj = example("mpijob-horovod.yaml")
     decision = run(
         rule_pack("kueue-queue-name"), obj, namespace("ml-research", annotations={"gpu-webhook.io/queue": "q"})
     )
     assert decision.patch == [{"op": "add", "path": "/metadata/labels", "value": {"kueue.x-k8s.io/queue-name": "q"}}]
-    assert [t.target for t in decision.trace] == ["PyTorchJob llama2-training"]
+    assert [t.target for t in decision.trace] == ["MPIJob horovod-bert"]

@@ -5,18 +5,18 @@ engine on each and counts them per rule and namespace (Tally, reusable by the se
 mode); formats write the reports. The `audit` command only wires these together.
 """
 
-from .results import ObjectRef, ObjectResult, RuleOutcome, Tally, audit, outcomes
+from .context import NamespaceContext
+from .results import ObjectRef, ObjectResult, Tally, audit
 from .sources import Item, SourceError, read_manifests, read_namespaces
 
 __all__ = [
     "Item",
+    "NamespaceContext",
     "ObjectRef",
     "ObjectResult",
-    "RuleOutcome",
     "SourceError",
     "Tally",
     "audit",
-    "outcomes",
     "read_manifests",
     "read_namespaces",
 ]

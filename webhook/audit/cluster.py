@@ -17,7 +17,7 @@ from urllib.parse import quote
 import orjson
 from kubernetes import client as kube_client
 
-from webhook.engine.workloads import WORKLOAD_KINDS
+from webhook.engine.workloads import KINDS, WORKLOAD_KINDS
 from webhook.kube.connect import ClusterError, connect  # noqa: F401 - re-exported for the audit command
 
 from .sources import Item
@@ -31,23 +31,8 @@ class Resource:
     kind: str
 
 
-# DESIGN §4: the kinds whose pods (or pod templates) the rules look at.
-RESOURCES: tuple[Resource, ...] = (
-    Resource("", ("v1",), "pods", "Pod"),
-    Resource("apps", ("v1",), "deployments", "Deployment"),
-    Resource("apps", ("v1",), "statefulsets", "StatefulSet"),
-    Resource("apps", ("v1",), "daemonsets", "DaemonSet"),
-    Resource("apps", ("v1",), "replicasets", "ReplicaSet"),
-    Resource("batch", ("v1",), "jobs", "Job"),
-    Resource("batch", ("v1",), "cronjobs", "CronJob"),
-    Resource("jobset.x-k8s.io", ("v1alpha2",), "jobsets", "JobSet"),
-    Resource("kubeflow.org", ("v1",), "pytorchjobs", "PyTorchJob"),
-    Resource("kubeflow.org", ("v1",), "tfjobs", "TFJob"),
-    Resource("kubeflow.org", ("v2beta1", "v1"), "mpijobs", "MPIJob"),
-    Resource("ray.io", ("v1", "v1alpha1"), "rayjobs", "RayJob"),
-    Resource("ray.io", ("v1", "v1alpha1"), "rayclusters", "RayCluster"),
-    Resource("leaderworkerset.x-k8s.io", ("v1",), "leaderworkersets", "LeaderWorkerSet"),
-)
+# Every kind the rules look at, from the one table of workload kinds (webhook/engine/workloads.py).
+RESOURCES: tuple[Resource, ...] = tuple(Resource(k.group, k.versions, k.plural, k.kind) for k in KINDS)
 
 
 class Api:

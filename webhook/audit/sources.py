@@ -4,13 +4,17 @@ Everything here is a generator so that memory stays flat however large the input
 a file is parsed document by document (libyaml's C loader, the fast one), and a
 `kind: List` is unpacked as it is met. Only JSON files are read whole (orjson is far
 faster than any YAML loader, and a JSON file holds one document anyway).
+
+A file that cannot be read (not UTF-8, invalid YAML, a duplicate key) is reported through
+`problems` and the stream goes on with the next file; so are documents that are not
+Kubernetes objects (scalars, plain YAML, AdmissionReviews), which are never audited.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -21,11 +25,46 @@ import yaml
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 # The C loader is 5-10x faster than the pure-Python one; fall back only where libyaml is missing.
-Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class SourceError(Exception):
     """An input that cannot be read or parsed: a usage error for the command (exit 2)."""
+
+
+class DuplicateKey(yaml.constructor.ConstructorError):
+    pass
+
+
+class Loader(_BaseLoader):  # type: ignore[misc,valid-type]
+    """The safe loader, refusing duplicate keys: YAML says they are an error, PyYAML keeps the last.
+
+    Concatenated manifests without `---` between them (`cat a.yaml b.yaml`) are one document
+    with every key twice; merged silently, they would audit as one object made of the last file.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, str | int | float | bool) and key in seen:
+                raise DuplicateKey(
+                    None,
+                    None,
+                    f"duplicate key {key!r} (are two documents missing a `---` between them?)",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+Problem = Callable[[str], None]  # told "file:line: what is wrong"; the stream goes on
+
+
+def _raise(message: str) -> None:
+    raise SourceError(message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,53 +90,79 @@ def manifest_files(paths: Iterable[str]) -> Iterator[str]:
             raise SourceError(f"no such file or directory: {path}")
 
 
-def read_manifests(paths: Iterable[str], stdin: IO[str] | None = None) -> Iterator[Item]:
-    """Every Kubernetes object in the given files, directories and stdin, in order."""
+def read_manifests(
+    paths: Iterable[str],
+    stdin: IO[str] | None = None,
+    problems: Problem = _raise,
+    notes: Problem | None = None,
+) -> Iterator[Item]:
+    """Every Kubernetes object in the given files, directories and stdin, in order.
+
+    `problems` hears of inputs that could not be read (by default: raise SourceError);
+    `notes` of documents skipped because they are not Kubernetes objects (default: problems).
+    """
+    notes = notes or problems
     for path in manifest_files(paths):
-        if path == "-":
-            yield from _documents(stdin or sys.stdin, "<stdin>")
-            continue
         try:
-            if path.endswith(".json"):
-                yield from _unpack(orjson.loads(Path(path).read_bytes()), path, 0)
+            if path == "-":
+                yield from _documents(stdin or sys.stdin, "<stdin>", notes)
+            elif path.endswith(".json"):
+                yield from _unpack(orjson.loads(Path(path).read_bytes()), path, 0, notes)
             else:
                 with open(path, encoding="utf-8") as stream:
-                    yield from _documents(stream, path)
+                    yield from _documents(stream, path, notes)
         except orjson.JSONDecodeError as error:
-            raise SourceError(f"{path}: invalid JSON: {error}") from None
+            problems(f"{path}: invalid JSON: {error}")
+        except UnicodeDecodeError as error:
+            problems(f"{path}: not UTF-8 text (byte {error.start}): is it a binary file?")
         except OSError as error:
-            raise SourceError(f"{path}: {error.strerror}") from None
+            problems(f"{path}: {error.strerror or error}")
+        except _YamlProblem as error:
+            problems(str(error))
 
 
-def _documents(stream: IO[str], name: str) -> Iterator[Item]:
+class _YamlProblem(Exception):
+    pass
+
+
+def _documents(stream: IO[str], name: str, notes: Problem) -> Iterator[Item]:
     try:
         for index, document in enumerate(yaml.load_all(stream, Loader=Loader)):
-            yield from _unpack(document, name, index)
+            yield from _unpack(document, name, index, notes)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
-        raise SourceError(f"{where}: invalid YAML: {getattr(error, 'problem', None) or error}") from None
+        raise _YamlProblem(f"{where}: invalid YAML: {getattr(error, 'problem', None) or error}") from None
 
 
-def _unpack(document: Any, name: str, index: int) -> Iterator[Item]:
+def _unpack(document: Any, name: str, index: int, notes: Problem) -> Iterator[Item]:
     """A document may be an object, a `kind: List` (kubectl get -o yaml), or empty (`---` at the end)."""
-    if not isinstance(document, dict):
+    where = f"{name}#{index}"
+    if document is None:
         return
-    if document.get("kind") == "List" or (
-        str(document.get("kind", "")).endswith("List") and isinstance(document.get("items"), list)
-    ):
+    if not isinstance(document, dict):
+        notes(f"{where}: not a Kubernetes object (a {type(document).__name__}): skipped")
+        return
+    kind, api_version = document.get("kind"), document.get("apiVersion")
+    if not isinstance(kind, str) or not isinstance(api_version, str) or not kind or not api_version:
+        notes(f"{where}: not a Kubernetes object (no apiVersion and kind): skipped")
+        return
+    if kind in ("AdmissionReview", "GPUPolicy", "GPUPolicyTest", "GPUWebhookConfig"):
+        hint = " (explain -f reads the object inside it)" if kind == "AdmissionReview" else ""
+        notes(f"{where}: {kind} is not a workload manifest{hint}: skipped")
+        return
+    if kind == "List" or (kind.endswith("List") and isinstance(document.get("items"), list)):
         for position, item in enumerate(document.get("items") or []):
             if isinstance(item, dict):
-                yield Item(item, f"{name}#{index}.items[{position}]")
+                yield Item(item, f"{where}.items[{position}]")
         return
-    if "kind" in document:
-        yield Item(document, f"{name}#{index}")
+    yield Item(document, where)
 
 
-def read_namespaces(path: str) -> dict[str, dict[str, Any]]:
+def read_namespaces(paths: Iterable[str], problems: Problem = _raise) -> dict[str, dict[str, Any]]:
     """Namespace objects by name, for `namespaceObject` in offline audits (--namespace-objects)."""
     namespaces: dict[str, dict[str, Any]] = {}
-    for item in read_manifests([path]):
+    for item in read_manifests(list(paths), problems=problems, notes=lambda _: None):
         if item.object.get("kind") == "Namespace":
             name = (item.object.get("metadata") or {}).get("name")
             if isinstance(name, str):

@@ -14,9 +14,8 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import yaml
-
-from webhook.engine import AdmissionInput, Decision, Phase, Rule, RuleSet, evaluate
+from webhook.audit.context import plain_yaml
+from webhook.engine import AdmissionInput, Decision, Phase, Result, Rule, RuleOutcome, RuleSet, evaluate
 from webhook.engine.ruleset import indexed_kinds
 
 _COLORS = {"red": "31", "green": "32", "yellow": "33", "blue": "34", "cyan": "36", "bold": "1", "dim": "2"}
@@ -27,7 +26,13 @@ _RESULT_STYLE = {
     "mutated": ("cyan", "mutated"),
     "skip": ("dim", "skip"),
 }
-_ACTION_STYLE = {"Deny": ("red", "DENY"), "Warn": ("yellow", "WARN"), "Audit": ("blue", "AUDIT")}
+# a failing target is labelled by what its rule's outcome is (Warn and Audit rules "fail" too)
+_OUTCOME_STYLE = {
+    Result.FAIL: ("red", "DENY"),
+    Result.ERROR: ("red", "ERROR"),
+    Result.WARN: ("yellow", "WARN"),
+    Result.AUDIT: ("blue", "AUDIT"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +61,11 @@ def _lines(ruleset: RuleSet, admission: AdmissionInput, decision: Decision, styl
     yield style(f"{kind} {where}{name} ({admission.operation}), {len(ruleset.rules)} rules", "bold")
     yield ""
     yield style("Rules", "bold")
+    outcomes = {o.rule: o for o in decision.outcomes()}
     for rule in ruleset.rules:
-        yield from _rule_lines(rule, kind, admission, decision, style)
+        yield from _rule_lines(rule, kind, admission, decision, outcomes.get(rule.name), style)
     yield ""
-    yield from _decision_lines(decision, style)
+    yield from _decision_lines(decision, list(outcomes.values()), style)
     if decision.patch:
         yield ""
         count = len(decision.patch)
@@ -72,7 +78,9 @@ def _lines(ruleset: RuleSet, admission: AdmissionInput, decision: Decision, styl
         yield from _diff(subject, decision.mutated or subject, name, style)
 
 
-def _rule_lines(rule: Rule, kind: str, admission: AdmissionInput, decision: Decision, style: Style) -> Iterator[str]:
+def _rule_lines(
+    rule: Rule, kind: str, admission: AdmissionInput, decision: Decision, outcome: RuleOutcome | None, style: Style
+) -> Iterator[str]:
     entries = [t for t in decision.trace if t.rule == rule.name]
     what = "mutate" if not rule.validate else f"validate, {rule.action.value}"
     if rule.validate and rule.mutations:
@@ -87,22 +95,14 @@ def _rule_lines(rule: Rule, kind: str, admission: AdmissionInput, decision: Deci
             yield f"    {entry.target}: {style('not matched', 'dim')}: {entry.reason}"
             continue
         color, label = _RESULT_STYLE.get(entry.result, ("dim", entry.result))
-        if entry.result == "fail":
-            color, label = _ACTION_STYLE[_effective_action(decision, rule, entry.target)]
+        if entry.result == "fail" and outcome is not None and outcome.result in _OUTCOME_STYLE:
+            color, label = _OUTCOME_STYLE[outcome.result]
         line = f"    {entry.target}: matched, {style(label, color, 'bold')}"
         if entry.message:
             line += f": {entry.message}"
         yield line
         for operation in entry.patch:
             yield f"      {style(_operation(operation), 'cyan')}"
-
-
-def _effective_action(decision: Decision, rule: Rule, target: str) -> str:
-    """The action the violation was recorded under (a global audit mode turns Deny into Audit)."""
-    for action, bucket in (("Deny", decision.violations), ("Warn", decision.warnings), ("Audit", decision.audits)):
-        if any(v.rule == rule.name and v.target == target for v in bucket):
-            return action
-    return rule.action.value
 
 
 def _unindexed_reason(rule: Rule, kind: str, admission: AdmissionInput) -> str:
@@ -120,21 +120,32 @@ def _unindexed_reason(rule: Rule, kind: str, admission: AdmissionInput) -> str:
     return "no target"
 
 
-def _decision_lines(decision: Decision, style: Style) -> Iterator[str]:
+_DECISION_LABEL = {
+    Result.FAIL: ("deny", "red"),
+    Result.ERROR: ("error", "red"),
+    Result.WARN: ("warning", "yellow"),
+    Result.AUDIT: ("audit", "blue"),
+}
+
+
+def _decision_lines(decision: Decision, outcomes: list[RuleOutcome], style: Style) -> Iterator[str]:
+    """The decision, then each rule's outcome that is not a pass: the engine's summary, as audit shows it."""
     if decision.allowed:
         yield style("Decision: allowed", "green", "bold")
     else:
         count = len(decision.violations)
         yield style(f"Decision: DENIED ({count} violation{'s' if count != 1 else ''})", "red", "bold")
-    for label, bucket, color in (
-        ("deny", decision.violations, "red"),
-        ("warning", decision.warnings, "yellow"),
-        ("audit", decision.audits, "blue"),
-    ):
-        for violation in bucket:
-            yield f"  {style(label, color)} [{violation.rule}] {violation.message}"
-    for error in decision.errors:
-        yield f"  {style('error', 'red')} {error}"
+    for result in _DECISION_LABEL:
+        label, color = _DECISION_LABEL[result]
+        for outcome in (o for o in outcomes if o.result == result):
+            suffix = " (failurePolicy: Fail, denies)" if result == Result.ERROR and outcome.blocks else ""
+            if result == Result.AUDIT and outcome.relaxed:
+                label = "would deny"
+            for message in outcome.messages:
+                yield f"  {style(label, color)} [{outcome.rule}] {message}{suffix}"
+    for outcome in outcomes:
+        if outcome.context_missing:
+            yield f"  {style('skipped', 'dim')} [{outcome.rule}] {outcome.reason}"
 
 
 def _operation(operation: dict[str, object]) -> str:
@@ -146,7 +157,7 @@ def _operation(operation: dict[str, object]) -> str:
 
 def _diff(before: object, after: object, name: str, style: Style) -> Iterator[str]:
     def lines(value: object) -> list[str]:
-        return yaml.safe_dump(value, sort_keys=False, default_flow_style=False, width=120).splitlines()
+        return plain_yaml(value, width=120).splitlines()
 
     for line in difflib.unified_diff(
         lines(before), lines(after), f"{name} (original)", f"{name} (mutated)", lineterm=""

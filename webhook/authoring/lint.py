@@ -5,6 +5,7 @@ runs first, through the same code path as the server's reload. Lint then adds:
 
 - field references: CEL that selects a field a Pod, PodSpec or Container does not have,
   or `object.spec.containers` in a Pod rule that autogen extends to workloads;
+- params: a `params.x` that the rule's `params` does not define (a typo, an error at runtime);
 - mutate-then-deny: a rule's mutation that a validation of the same pack denies, found
   by evaluating the pack on synthetic pods (one with a GPU, one without);
 - slow or leaking forms: CEL that is valid but costs memory on every request or seconds on
@@ -13,6 +14,7 @@ runs first, through the same code path as the server's reload. Lint then adds:
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -74,6 +76,7 @@ def lint(paths: Iterable[str | os.PathLike[str]]) -> list[LoadError]:
     for document in documents:
         errors.extend(_field_errors(document))
         errors.extend(_slow_forms(document))
+        errors.extend(_param_errors(document))
     if result.ruleset is not None:
         errors.extend(_mutate_then_deny(result.ruleset, {_name(d): d for d in documents}))
     return sorted(_unique(errors), key=lambda e: (e.location.file, e.location.line, e.location.column))
@@ -146,6 +149,34 @@ def _slow_forms(document: Document) -> Iterator[LoadError]:
             line, column = document.text_position(path, offset)
             yield LoadError(
                 SourceLocation(document.file, line, column), f"{_dotted(path)}: {SLOW_FORMS[form]}", _name(document)
+            )
+
+
+# params.name, params['name'] (not other.params.name): the rule's own constants
+_PARAM_REFERENCE = re.compile(r"(?<![\w.])params\s*(?:\.\s*([A-Za-z_]\w*)|\[\s*['\"]([^'\"]+)['\"]\s*\])")
+
+
+def _param_errors(document: Document) -> Iterator[LoadError]:
+    """A `params.x` the rule does not define: params are constants, so this is a typo that errors
+    (or, under failurePolicy Fail, denies) on every object at runtime (`params.taintkey` vs taintKey)."""
+    spec = document.data.get("spec")
+    if not isinstance(spec, Mapping):
+        return
+    params = spec.get("params") if isinstance(spec.get("params"), Mapping) else {}
+    for path, text in _expressions(document.data):
+        for found in _PARAM_REFERENCE.finditer(text):
+            name = found.group(1) or found.group(2)
+            if name in params:
+                continue
+            close = difflib.get_close_matches(name, [str(k) for k in params], n=1, cutoff=0.6)
+            close = close or [k for k in map(str, params) if k.lower() == name.lower()]
+            hint = f"; did you mean params.{close[0]}?" if close else ""
+            known = ", ".join(sorted(map(str, params))) or "none"
+            line, column = document.text_position(path, found.start())
+            yield LoadError(
+                SourceLocation(document.file, line, column),
+                f"{_dotted(path)}: params.{name} is not a param of this rule (its params: {known}){hint}",
+                _name(document),
             )
 
 

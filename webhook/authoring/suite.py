@@ -13,7 +13,7 @@ import difflib
 import os
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,19 @@ from typing import Any
 import yaml
 from jsonschema import Draft202012Validator
 
-from webhook.engine import AdmissionInput, Decision, LoadError, Phase, RuleSet, evaluate, load_rules, rule_files
+from webhook.audit.context import NamespaceContext
+from webhook.engine import (
+    AdmissionInput,
+    Decision,
+    LoadError,
+    Phase,
+    Result,
+    RuleOutcome,
+    RuleSet,
+    evaluate,
+    load_rules,
+    rule_files,
+)
 from webhook.engine.loader import RuleLoadError
 from webhook.engine.model import SourceLocation
 from webhook.engine.schema import TEST_KIND, TEST_SCHEMA
@@ -64,17 +76,30 @@ class Suite:
         return list(self.document.data["spec"]["cases"])
 
 
-def discover(path: str, rules: str | None = None, default_rules: str | None = None) -> list[Suite]:
+def discover(
+    path: str,
+    rules: str | None = None,
+    default_rules: str | None = None,
+    unreadable: Callable[[str], None] | None = None,
+) -> list[Suite]:
     """Every GPUPolicyTest document under path; raises SuiteError listing every schema problem.
 
     The rules a suite runs against: `rules` (the command line's --rules) if given, else the
     suite's own `spec.rules` (relative to its file), else `default_rules`, else path.
+    A file that is not UTF-8 text is told to `unreadable` and skipped (else it is a problem).
     """
     suites: list[Suite] = []
     problems: list[LoadError] = []
     for file in rule_files([path]):
         try:
             documents = load_documents(Path(file).read_text(encoding="utf-8"), file)
+        except UnicodeDecodeError as error:
+            message = f"{file}: not UTF-8 text (byte {error.start}): is it a binary file?"
+            if unreadable is None:
+                problems.append(LoadError(SourceLocation(file, 1, 1), message))
+            else:
+                unreadable(message)
+            continue
         except YamlError as error:
             problems.append(LoadError(SourceLocation(file, error.line, error.column), f"invalid YAML: {error}"))
             continue
@@ -107,12 +132,14 @@ def run(suites: list[Suite]) -> Iterator[CaseResult]:
         if suite.rules not in rulesets:
             rulesets[suite.rules] = _load(suite.rules)
         ruleset = rulesets[suite.rules]
+        known = {rule.name for rule in ruleset.rules}
         for case in suite.cases:
             started = time.perf_counter()
             result = CaseResult(_display(suite.file), str(case["name"]))
             try:
-                result.failures = check(case, evaluate(ruleset, admission(case, Path(suite.file).parent), Phase.ALL))
-            except (OSError, YamlError, ValueError) as error:
+                decision = evaluate(ruleset, admission(case, Path(suite.file).parent), Phase.ALL, trace=True)
+                result.failures = check(case, decision, known)
+            except (OSError, YamlError, ValueError, yaml.YAMLError) as error:
                 result.failures = [f"cannot run the case: {error}"]
             result.seconds = time.perf_counter() - started
             yield result
@@ -135,13 +162,13 @@ def admission(case: Mapping[str, Any], base: Path | str) -> AdmissionInput:
     obj = _resource(case, "object", base)
     old = _resource(case, "oldObject", base)
     namespace_object = _resource(case, "namespaceObject", base)
-    subject = obj if obj is not None else old or {}
-    metadata = subject.get("metadata") if isinstance(subject.get("metadata"), Mapping) else {}
-    return AdmissionInput.offline(
+    # the same input audit and explain build: the case's namespace (else the object's, else
+    # `default`) written into a namespace-less object, as the apiserver does before admission
+    return NamespaceContext(default_namespace=case.get("namespace")).admission(
         obj,
         operation=case.get("operation", "CREATE"),
         old_object=old,
-        namespace=case.get("namespace") or metadata.get("namespace") or "default",
+        namespace=case.get("namespace"),
         namespace_object=namespace_object,
         user_info=case.get("userInfo") or {"username": "gpu-webhook-test"},
     )
@@ -153,7 +180,11 @@ def _resource(case: Mapping[str, Any], key: str, base: Path) -> dict[str, Any] |
     file = case.get(f"{key}File")
     if not file:
         return None
-    (document, *_) = [d for d in yaml.safe_load_all((Path(base) / file).read_text(encoding="utf-8")) if d] or [None]
+    try:
+        text = (Path(base) / file).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{key}File {file}: not UTF-8 text: is it a binary file?") from None
+    (document, *_) = [d for d in yaml.safe_load_all(text) if d] or [None]
     if not isinstance(document, dict):
         raise ValueError(f"{key}File {file}: not a YAML object")
     return document
@@ -162,45 +193,46 @@ def _resource(case: Mapping[str, Any], key: str, base: Path) -> dict[str, Any] |
 # -- expectations ------------------------------------------------------------------------------------
 
 
-def rule_outcome(decision: Decision, rule: str) -> tuple[str, list[str], list[dict[str, Any]], str]:
-    """(result, messages, patch, why) of one rule in a decision; `why` explains a skip."""
-    entries = [t for t in decision.trace if t.rule == rule]
-    messages = [
-        v.message
-        for bucket in (decision.violations, decision.warnings, decision.audits)
-        for v in bucket
-        if v.rule == rule
-    ]
-    patch = [op for t in entries for op in t.patch]
-    reasons = "; ".join(sorted({f"{t.target}: {t.reason}" for t in entries if not t.matched}))
-    if any(t.result == "error" for t in entries):
-        errors = [t.message for t in entries if t.result == "error"]
-        return "error", errors, patch, ""
-    for result, bucket in (
-        ("denied", decision.violations),
-        ("warned", decision.warnings),
-        ("audited", decision.audits),
-    ):
-        if any(v.rule == rule for v in bucket):
-            return result, messages, patch, ""
-    if patch:
-        return "mutated", messages, patch, ""
-    if any(t.matched for t in entries):
-        return "allowed", messages, patch, ""
-    return "skipped", messages, patch, reasons or "kind or operation not matched"
+# The GPUPolicyTest vocabulary (`result:` of a rule expectation) is the engine's Result in the
+# words a suite author writes; the one place that translates between the two.
+EXPECTATION: dict[Result, str] = {
+    Result.FAIL: "denied",
+    Result.ERROR: "error",
+    Result.WARN: "warned",
+    Result.AUDIT: "audited",
+    Result.PASS: "allowed",  # "mutated" when the rule patched
+    Result.SKIP: "skipped",
+}
 
 
-def check(case: Mapping[str, Any], decision: Decision) -> list[str]:
-    """What differs from the case's expectations, each as readable text (with a diff where it helps)."""
+def expectation(outcome: RuleOutcome | None) -> str:
+    """What a suite calls this outcome: denied, error, warned, audited, mutated, allowed or skipped."""
+    if outcome is None:
+        return "skipped"
+    if outcome.result == Result.PASS and outcome.patched:
+        return "mutated"
+    return EXPECTATION[outcome.result]
+
+
+def check(case: Mapping[str, Any], decision: Decision, known: Collection[str] | None = None) -> list[str]:
+    """What differs from the case's expectations, each as readable text (with a diff where it helps).
+
+    `known`: the names of the rules the case ran against; an expectation about any other rule is a
+    failure (a typo or a renamed rule would otherwise pass as "skipped" for ever).
+    """
     expect = case.get("expect") or {}
     failures: list[str] = []
+    outcomes = {o.rule: o for o in decision.outcomes()}
     if "allowed" in expect and expect["allowed"] != decision.allowed:
         detail = decision.denial_message or "no rule denied it"
         failures.append(
             f"expected allowed: {str(expect['allowed']).lower()}, got {str(decision.allowed).lower()} ({detail})"
         )
     for wanted in expect.get("rules") or []:
-        failures.extend(_check_rule(wanted, decision))
+        if known is not None and wanted["rule"] not in known:
+            failures.append(f"rule {wanted['rule']}: no such rule in the rules under test")
+            continue
+        failures.extend(_check_rule(wanted, outcomes.get(wanted["rule"])))
     if "patch" in expect and expect["patch"] != decision.patch:
         failures.append(
             "the pack's patch differs:\n" + diff(expect["patch"], decision.patch, "expected patch", "actual patch")
@@ -222,9 +254,12 @@ def check(case: Mapping[str, Any], decision: Decision) -> list[str]:
     return failures
 
 
-def _check_rule(wanted: Mapping[str, Any], decision: Decision) -> list[str]:
+def _check_rule(wanted: Mapping[str, Any], outcome: RuleOutcome | None) -> list[str]:
     name = wanted["rule"]
-    result, messages, patch, why = rule_outcome(decision, name)
+    result = expectation(outcome)
+    messages = list(outcome.messages) if outcome is not None else []
+    patch = list(outcome.patch) if outcome is not None else []
+    why = (outcome.reason if outcome is not None else "") or ("kind or operation not matched" if result == "skipped" else "")
     failures: list[str] = []
     if "result" in wanted and wanted["result"] != result:
         detail = f" ({why})" if why else (f": {'; '.join(messages)}" if messages else "")

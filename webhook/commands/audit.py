@@ -12,10 +12,22 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from webhook.audit import Tally, audit, read_manifests, read_namespaces
+from webhook.audit import Tally, audit, read_manifests
+from webhook.audit.context import NamespaceContext
 from webhook.audit.formats import FORMATS, make_report
 from webhook.audit.sources import Item, SourceError
-from webhook.commands.common import EXIT_FAILED, EXIT_OK, UsageError, default_rules_dir, load_ruleset
+from webhook.commands.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    UsageError,
+    add_namespace_objects,
+    add_rules,
+    default_rules_dir,
+    load_ruleset,
+    namespaces_in,
+    warn,
+)
 
 
 def register(commands: Any) -> None:
@@ -23,26 +35,42 @@ def register(commands: Any) -> None:
         "audit",
         help="report what the rules would deny, warn about or patch",
         description="Evaluate manifests (files, directories, - for stdin) or a live cluster's workloads "
-        "as CREATE requests and report what would be denied, warned about, audited or patched.",
+        "as CREATE requests and report what would be denied, warned about, audited or patched. "
+        "Namespace objects in the input (or --namespace-objects) give rules their namespaceObject; "
+        "rules that need one and lack it are reported as not evaluated.",
     )
     parser.add_argument("paths", nargs="*", metavar="PATH", help="YAML/JSON files or directories; - reads stdin")
-    parser.add_argument("--rules", action="append", metavar="DIR", help="rule files or directories (repeatable)")
-    parser.add_argument("--namespace-objects", metavar="FILE", help="Namespace objects for namespaceObject")
+    add_rules(parser, repeatable=True)
+    add_namespace_objects(parser)
     cluster = parser.add_argument_group("live cluster")
     cluster.add_argument("--cluster", action="store_true", help="audit the workloads of a live cluster")
     cluster.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig file (default: $KUBECONFIG, in-cluster)")
     cluster.add_argument("--context", metavar="NAME", help="kubeconfig context")
     scope = cluster.add_mutually_exclusive_group()
-    scope.add_argument("-n", "--namespace", metavar="NAME", help="only this namespace")
+    scope.add_argument(
+        "-n",
+        "--namespace",
+        metavar="NAME",
+        help="manifests: the namespace of objects that name none (as kubectl apply -n; default: default); "
+        "--cluster: audit only this namespace",
+    )
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace (the default)")
     cluster.add_argument(
         "--include-owned", action="store_true", help="also audit objects made by an audited controller (pods of a Job)"
     )
     cluster.add_argument("--page-size", type=int, default=500, metavar="N", help="objects per list request")
-    parser.add_argument("-o", "--output", choices=FORMATS, help="report format (table on a terminal, else json)")
+    parser.add_argument(
+        "-o", "--output", choices=FORMATS, help="report format (default: table on a terminal, else json)"
+    )
     parser.add_argument("--summary", action="store_true", help="table: only the summaries, no per-object details")
     parser.add_argument("--apply", action="store_true", help="with -o policyreport: write the reports to the cluster")
-    parser.add_argument("--fail-on", choices=("deny", "warn"), default="deny", help="what makes the exit code 1")
+    parser.add_argument(
+        "--fail-on",
+        choices=("deny", "warn", "never"),
+        default="deny",
+        help="what makes the exit code 1: objects the apiserver would refuse (deny), those or warnings (warn), "
+        "nothing (never: a scheduled report)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -68,14 +96,25 @@ def run(args: argparse.Namespace) -> int:
 
     report = make_report(output, sys.stdout, actions, details=not args.summary, fail_on=args.fail_on)
     tally = Tally()
+    problems: list[str] = []
+
+    def problem(message: str) -> None:  # reported at once, and the audit goes on with the rest
+        problems.append(message)
+        warn(message)
+
     with _progress() as progress:
         try:
             if args.cluster:
                 items, namespaces = _cluster_items(api, args, progress)
+                context = NamespaceContext(namespaces)
             else:
-                items = read_manifests(args.paths)
-                namespaces = read_namespaces(args.namespace_objects) if args.namespace_objects else {}
-            for result in audit(ruleset, items, namespaces):
+                # Namespace objects anywhere in the files count, wherever they sort; on stdin they
+                # count from where they appear (kubectl, helm and kustomize output puts them first)
+                namespaces = namespaces_in(args.namespace_objects or [], problem)
+                namespaces.update(namespaces_in([p for p in args.paths if p != "-"], lambda _: None, scan=True))
+                context = NamespaceContext(namespaces, args.namespace)
+                items = read_manifests(args.paths, problems=problem, notes=warn)
+            for result in audit(ruleset, items, context):
                 tally.add(result)
                 report.add(result)
                 progress.advance()
@@ -88,6 +127,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.apply:
         _apply(api, report)
+    if problems:
+        warn(f"{len(problems)} input problem{'s' if len(problems) != 1 else ''}: the report leaves those inputs out")
+        return EXIT_USAGE
     return EXIT_FAILED if tally.failed(args.fail_on) else EXIT_OK
 
 

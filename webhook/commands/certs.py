@@ -30,7 +30,12 @@ from webhook.commands.common import UsageError
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser("certs", help="make a CA and a serving certificate for the webhook Service")
+    parser = commands.add_parser(
+        "certs",
+        help="make a CA and a serving certificate for the webhook Service",
+        description="Write ca.crt, tls.crt and tls.key for the webhook Service to --out. An existing CA is never "
+        "replaced silently: renew under it with --reuse-ca, or replace it with --force.",
+    )
     parser.add_argument("--service", default="gpu-webhook", help="Service name (default gpu-webhook)")
     parser.add_argument("--namespace", default="gpu-webhook", help="Service namespace (default gpu-webhook)")
     parser.add_argument("--out", required=True, help="directory to write ca.crt, tls.crt, tls.key to")
@@ -42,6 +47,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--reuse-ca", action="store_true", help=f"sign with the {CA_FILE}/{CA_KEY_FILE} already in --out (a renewal)"
     )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help=f"replace a {CA_FILE} already in --out with a new CA (the caBundle in the cluster then stops matching)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -49,6 +59,14 @@ def run(args: argparse.Namespace) -> int:
     if args.days < 1 or args.ca_days < 1:
         raise UsageError("--days and --ca-days must be positive")
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: exists and is not a directory")
+    if not args.reuse_ca and not args.force and (out / CA_FILE).exists():
+        raise UsageError(
+            f"{out / CA_FILE} exists: a new CA would no longer match the caBundle of the installed webhooks. "
+            f"Renew the serving certificate with --reuse-ca (needs {CA_KEY_FILE}: --keep-ca-key), "
+            "or replace the CA with --force and re-render the manifests"
+        )
     if args.reuse_ca:
         try:
             ca_cert, ca_key = load_ca(out)
@@ -62,7 +80,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--days exceeds --ca-days: the serving certificate would outlive its CA")
     names = service_dns_names(args.service, args.namespace)
     cert, key = generate_serving(ca_cert, ca_key, names, days=args.days)
-    write_bundle(Bundle(ca_cert, ca_key, cert, key), out, write_ca_key=keep_ca_key)
+    if args.force and not keep_ca_key and (out / CA_KEY_FILE).exists():
+        (out / CA_KEY_FILE).unlink()  # the old CA's key: it would never match the new ca.crt
+    try:
+        write_bundle(Bundle(ca_cert, ca_key, cert, key), out, write_ca_key=keep_ca_key)
+    except OSError as error:
+        raise UsageError(f"--out {out}: cannot write: {error.strerror or error}") from None
     left = ca_cert.not_valid_after_utc - dt.datetime.now(dt.UTC)
     print(
         f"wrote {out / CA_FILE}, {out / CERT_FILE}, {out / KEY_FILE}"

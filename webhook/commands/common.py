@@ -1,27 +1,47 @@
-"""What every command shares: where the default rules live and how a broken rule set is reported."""
+"""What every command shares: where the default rules live, shared options, and how problems are reported."""
 
 from __future__ import annotations
 
+import argparse
 import os
+import re
 import sys
+from collections.abc import Callable, Iterable
+from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from webhook.engine import RuleSet, load_rules
 from webhook.engine.loader import RuleLoadError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+_CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 class UsageError(Exception):
     """A configuration or usage problem: printed without a traceback, exit code 2."""
 
 
+def packaged(name: str) -> Path:
+    """A directory shipped inside the package (webhook/data/NAME: the rule pack, the manifests)."""
+    return Path(str(resources.files("webhook") / "data" / name))
+
+
+def _source_or_packaged(name: str) -> str:
+    """The checkout's top-level NAME/ when running from a source tree (edits show at once), else the wheel's copy."""
+    checkout = _CHECKOUT / name
+    if checkout.is_dir() and (_CHECKOUT / "pyproject.toml").is_file():
+        return str(checkout)
+    return str(packaged(name))
+
+
 def default_rules_dir() -> str:
-    """$GPU_WEBHOOK_RULES, else the repository's rules/ (a source checkout), else ./rules."""
-    if os.environ.get("GPU_WEBHOOK_RULES"):
-        return os.environ["GPU_WEBHOOK_RULES"]
-    checkout = Path(__file__).resolve().parents[2] / "rules"
-    return str(checkout) if checkout.is_dir() else "rules"
+    """$GPU_WEBHOOK_RULES, else the checkout's rules/, else the rule pack installed with the package."""
+    return os.environ.get("GPU_WEBHOOK_RULES") or _source_or_packaged("rules")
+
+
+def default_manifests_dir() -> str:
+    return _source_or_packaged("manifests")
 
 
 def load_ruleset(paths: list[str] | str) -> RuleSet:
@@ -35,3 +55,56 @@ def load_ruleset(paths: list[str] | str) -> RuleSet:
 def fail(message: str) -> int:
     print(f"gpu-webhook: {message}", file=sys.stderr)
     return EXIT_USAGE
+
+
+def warn(message: str) -> None:
+    print(f"gpu-webhook: {message}", file=sys.stderr)
+
+
+# -- options several commands share: one spelling, one help text ------------------------------------
+
+
+def add_rules(parser: argparse.ArgumentParser, repeatable: bool = False) -> None:
+    parser.add_argument(
+        "--rules",
+        action="append" if repeatable else "store",
+        metavar="PATH",
+        help="rule file or directory" + (" (repeatable)" if repeatable else "") + " (default: $GPU_WEBHOOK_RULES, "
+        "else the rule pack installed with gpu-webhook)",
+    )
+
+
+def add_namespace_objects(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--namespace-objects",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="YAML/JSON with Namespace objects (e.g. `kubectl get ns -o yaml`), for namespaceSelector and "
+        "namespaceObject; repeatable. Namespace objects in the input are used too",
+    )
+
+
+_NAMESPACE_KIND = re.compile(rb"kind[\"']?\s*:\s*[\"']?Namespace\b")
+
+
+def namespaces_in(
+    paths: Iterable[str], problem: Callable[[str], None], scan: bool = False
+) -> dict[str, dict[str, Any]]:
+    """Namespace objects in files and directories; with `scan`, only files that mention kind Namespace are parsed."""
+    from webhook.audit.sources import SourceError, manifest_files, read_namespaces
+
+    try:
+        files = list(manifest_files(paths))
+    except SourceError as error:
+        raise UsageError(str(error)) from None
+    if scan:
+        files = [f for f in files if f != "-" and _mentions_namespace(f)]
+    return read_namespaces(files, problems=problem) if files else {}
+
+
+def _mentions_namespace(path: str) -> bool:
+    try:
+        return _NAMESPACE_KIND.search(Path(path).read_bytes()) is not None
+    except OSError:
+        return False  # the audit itself reports an unreadable file

@@ -9,22 +9,44 @@ from typing import Any
 
 import yaml
 
+from webhook.audit.context import NamespaceContext
+from webhook.audit.sources import Loader
 from webhook.authoring.explain import explain
-from webhook.authoring.suite import admission
-from webhook.commands.common import EXIT_FAILED, EXIT_OK, UsageError, default_rules_dir, load_ruleset
+from webhook.commands.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    UsageError,
+    add_namespace_objects,
+    add_rules,
+    default_rules_dir,
+    load_ruleset,
+    namespaces_in,
+)
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser("explain", help="explain the decision on one object, rule by rule")
-    parser.add_argument("-f", "--file", required=True, help="the object (YAML or JSON; - for stdin)")
-    parser.add_argument("--namespace-object", metavar="FILE", help="the Namespace, for namespaceSelector and CEL")
+    parser = commands.add_parser(
+        "explain",
+        help="explain the decision on one object, rule by rule",
+        description="Evaluate one object as the webhook would (both phases) and show, rule by rule, whether it "
+        "matched, why not, what it found and what it patched; then the decision and the mutated object. "
+        "Namespace objects in FILE (or --namespace-objects) give rules their namespaceObject.",
+    )
+    parser.add_argument(
+        "-f", "--file", required=True, help="the object, optionally with its Namespace (YAML or JSON; - for stdin)"
+    )
+    add_namespace_objects(parser)
     parser.add_argument("--operation", default="CREATE", choices=("CREATE", "UPDATE", "DELETE", "CONNECT"))
     parser.add_argument("--old", metavar="FILE", help="the old object (UPDATE, DELETE)")
-    parser.add_argument("--namespace", help="default: the object's metadata.namespace, else 'default'")
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        help="the namespace of an object that names none (as kubectl apply -n; default: default)",
+    )
     parser.add_argument("--user", default="gpu-webhook-explain", help="request.userInfo.username")
-    parser.add_argument("--rules", help="rules file or directory (default: the rules dir)")
+    add_rules(parser)
     parser.add_argument("--color", action="store_true", default=None, help="colour even when not on a terminal")
-    parser.add_argument("--no-color", dest="color", action="store_false")
+    parser.add_argument("--no-color", dest="color", action="store_false", help="never colour")
     parser.set_defaults(run=run)
 
 
@@ -32,28 +54,64 @@ def run(args: argparse.Namespace) -> int:
     if args.operation == "UPDATE" and not args.old:
         raise UsageError("--operation UPDATE needs --old FILE")
     ruleset = load_ruleset(args.rules or default_rules_dir())
-    case: dict[str, Any] = {
-        "operation": args.operation,
-        "object": _read(args.file) if args.operation != "DELETE" else None,
-        "oldObject": _read(args.old) if args.old else None,
-        "namespaceObject": _read(args.namespace_object) if args.namespace_object else None,
-        "userInfo": {"username": args.user},
-    }
-    if args.namespace:
-        case["namespace"] = args.namespace
+    problems: list[str] = []
+    namespaces = namespaces_in(args.namespace_objects, problems.append)
+    if problems:
+        raise UsageError("\n".join(problems))
+    obj, found = _read(args.file)
+    namespaces.update(found)
+    old = _read(args.old)[0] if args.old else None
+    _check_namespace(obj or old, args.namespace)
+    context = NamespaceContext(namespaces, args.namespace)
+    admission = context.admission(
+        obj if args.operation != "DELETE" else None,
+        operation=args.operation,
+        old_object=old if args.operation != "DELETE" else (old or obj),
+        user_info={"username": args.user},
+    )
     color = sys.stdout.isatty() and "NO_COLOR" not in os.environ if args.color is None else args.color
-    decision, lines = explain(ruleset, admission(case, os.getcwd()), color=color)
+    decision, lines = explain(ruleset, admission, color=color)
     for line in lines:
         print(line)
     return EXIT_OK if decision.allowed else EXIT_FAILED
 
 
-def _read(path: str) -> dict[str, Any]:
+def _check_namespace(obj: dict[str, Any] | None, namespace: str | None) -> None:
+    """kubectl refuses an object whose namespace differs from -n; so does explain (the two would disagree)."""
+    own = ((obj or {}).get("metadata") or {}).get("namespace")
+    if namespace and own and own != namespace:
+        raise UsageError(f"the object's namespace {own!r} does not match --namespace {namespace!r}")
+
+
+def _read(path: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The one object in the file, and the Namespace objects beside it."""
     try:
-        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()  # noqa: SIM115
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
-    except (OSError, yaml.YAMLError) as error:
-        raise UsageError(f"{path}: {error}") from None
-    if len(documents) != 1 or not isinstance(documents[0], dict):
-        raise UsageError(f"{path}: expected exactly one object")
-    return documents[0]
+        if path == "-":
+            text = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8") as stream:
+                text = stream.read()
+        documents = [d for d in yaml.load_all(text, Loader=Loader) if d is not None]
+    except UnicodeDecodeError as error:
+        raise UsageError(f"{path}: not UTF-8 text (byte {error.start}): is it a binary file?") from None
+    except OSError as error:
+        raise UsageError(f"{path}: {error.strerror or error}") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
+        raise UsageError(f"{where}: invalid YAML: {getattr(error, 'problem', None) or error}") from None
+    if not all(isinstance(d, dict) and d.get("kind") and d.get("apiVersion") for d in documents):
+        raise UsageError(f"{path}: every document must be a Kubernetes object (apiVersion and kind)")
+    if len(documents) == 1 and documents[0].get("kind") == "AdmissionReview":
+        request = documents[0].get("request") or {}
+        if isinstance(request.get("object"), dict):
+            raise UsageError(f"{path}: an AdmissionReview; explain reads the object (its request.object)")
+    namespaces = {
+        str(d["metadata"]["name"]): d
+        for d in documents
+        if d.get("kind") == "Namespace" and isinstance(d.get("metadata"), dict) and d["metadata"].get("name")
+    }
+    subjects = [d for d in documents if d.get("kind") != "Namespace"] or documents
+    if len(subjects) != 1:
+        raise UsageError(f"{path}: expected one object (and optionally its Namespace), found {len(subjects)}")
+    return subjects[0], namespaces

@@ -10,6 +10,8 @@ kustomize subset (webhook/kustomize.py), then adds what a static kustomize tree 
   - the Secret `gpu-webhook-tls` from DIR/tls.crt and tls.key (omit with --no-secret, e.g.
     when the Secret is created separately with `kubectl create secret tls`).
 With `--component cert-manager`, cert-manager issues the Secret and injects the caBundle: no --ca.
+The enforce overlay rendered alone (`kubectl apply -k`) keeps both webhooks at failurePolicy Ignore;
+only this command, which adds the three things above, adds components/fail-closed.
 """
 
 from __future__ import annotations
@@ -22,31 +24,34 @@ from typing import Any
 
 import yaml
 
-from webhook.certs import CA_FILE, CERT_FILE, KEY_FILE
-from webhook.commands.common import UsageError, default_rules_dir, load_ruleset
+from webhook.certs import CA_FILE, CERT_FILE, KEY_FILE, check_bundle
+from webhook.commands.common import UsageError, default_manifests_dir, default_rules_dir, load_ruleset
 from webhook.engine import rule_files
 from webhook.engine.schema import TEST_KIND
 from webhook.kustomize import KustomizeError, build, sort_objects
 
-NAMESPACE, RULES_CONFIGMAP, TLS_SECRET = "gpu-webhook", "gpu-webhook-rules", "gpu-webhook-tls"
+SERVICE, NAMESPACE, RULES_CONFIGMAP, TLS_SECRET = "gpu-webhook", "gpu-webhook", "gpu-webhook-rules", "gpu-webhook-tls"
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 CONFIGMAP_LIMIT = 1024 * 1024  # the apiserver refuses ConfigMaps over 1 MiB
 LABELS = {"app.kubernetes.io/name": "gpu-webhook"}
-
-
-def default_manifests_dir() -> str:
-    return str(Path(__file__).resolve().parents[2] / "manifests")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("manifests", help="render the install manifests (multi-document YAML)")
     parser.add_argument("--overlay", choices=["audit", "enforce"], default="enforce", help="roll-out step")
     parser.add_argument(
-        "--component", action="append", default=[], choices=["cert-manager", "policyreports"], help="add a component"
+        "--component",
+        action="append",
+        default=[],
+        choices=["cert-manager", "policyreports", "audit-cronjob"],
+        help="add a component (repeatable): cert-manager issues the certificate; policyreports lets the server "
+        "write PolicyReports; audit-cronjob runs `audit --cluster -o policyreport --apply` every hour",
     )
     parser.add_argument("--ca", help="directory with ca.crt (and tls.crt/tls.key) from `gpu-webhook certs`")
     parser.add_argument("--no-secret", action="store_true", help="do not emit the TLS Secret")
-    parser.add_argument("--rules", help="rules directory for the ConfigMap (default: the repo's rules/)")
+    parser.add_argument(
+        "--rules", metavar="PATH", help="rules for the ConfigMap (default: $GPU_WEBHOOK_RULES, else the installed pack)"
+    )
     parser.add_argument("--image", help="container image, e.g. registry.example.com/gpu-webhook@sha256:...")
     parser.add_argument("--manifests", default=default_manifests_dir(), help=argparse.SUPPRESS)
     parser.set_defaults(run=run)
@@ -82,8 +87,15 @@ def render(
         raise UsageError(
             "--ca DIR is required (run `gpu-webhook certs --out DIR` first), or use --component cert-manager"
         )
+    if ca_dir is not None:
+        problems = check_bundle(ca_dir, f"{SERVICE}.{NAMESPACE}.svc", with_key=secret)
+        if problems:
+            raise UsageError(f"--ca {ca_dir}: " + "; ".join(problems))
+    # The enforce overlay alone leaves the webhooks at Ignore (safe under a plain `kubectl apply -k`);
+    # they fail closed only here, with the caBundle, the rules ConfigMap and the Secret in the output.
+    extra = [*components, *(["fail-closed"] if overlay == "enforce" else [])]
     try:
-        objects = build(manifests / "overlays" / overlay, [manifests / "components" / c for c in components])
+        objects = build(manifests / "overlays" / overlay, [manifests / "components" / c for c in extra])
     except (KustomizeError, OSError) as error:
         raise UsageError(f"cannot render {manifests}: {error}") from None
     objects.append(rules_configmap(rules or default_rules_dir()))
@@ -97,8 +109,13 @@ def render(
             objects.append(tls_secret(ca_dir))
     if image:
         for obj in objects:
-            if obj["kind"] == "Deployment":
-                for container in obj["spec"]["template"]["spec"]["containers"]:
+            if obj["kind"] in ("Deployment", "CronJob"):
+                template = (
+                    obj["spec"]["template"]
+                    if obj["kind"] == "Deployment"
+                    else obj["spec"]["jobTemplate"]["spec"]["template"]
+                )
+                for container in template["spec"]["containers"]:
                     container["image"] = image
     return sort_objects(objects)
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from webhook.authoring.schemas import FILES, render, write
-from webhook.commands.common import EXIT_OK
+from webhook.commands.common import EXIT_OK, UsageError
 
 
 def register(commands: Any) -> None:
@@ -18,7 +19,13 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.out:
-        for path in write(args.out):
+        if os.path.exists(args.out) and not os.path.isdir(args.out):
+            raise UsageError(f"--out {args.out}: exists and is not a directory (it receives one file per schema)")
+        try:
+            written = write(args.out)
+        except OSError as error:
+            raise UsageError(f"--out {args.out}: cannot write: {error.strerror or error}") from None
+        for path in written:
             print(path)
     else:
         print(render(args.kind), end="")

@@ -230,7 +230,8 @@ def offline_request(
 ) -> dict[str, Any]:
     """The CEL `request` an apiserver would send for `subject`: the fields of an AdmissionRequest."""
     subject = subject if isinstance(subject, Mapping) else {}
-    metadata = subject.get("metadata") if isinstance(subject.get("metadata"), Mapping) else {}
+    found = subject.get("metadata")
+    metadata: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     group, _, version = str(subject.get("apiVersion", "")).rpartition("/")
     return {
         "uid": "",

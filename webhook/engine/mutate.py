@@ -34,6 +34,8 @@ class MutationContext:
     operation: str
     evaluate: Callable[[CompiledExpression], Any]
     accelerators: Accelerators
+    # the request's subresource: "ephemeralcontainers" when kubectl debug adds a container
+    sub_resource: str = ""
 
 
 class Mutation(Protocol):
@@ -49,37 +51,128 @@ def _str(schema_extra: dict[str, Any] | None = None) -> dict[str, Any]:
 _OVERRIDE = {"type": "boolean", "default": False, "description": "Replace an existing different value."}
 
 
+_TOLERATION_FIELDS: dict[str, Any] = {
+    "key": _str(),
+    "operator": {"enum": ["Exists", "Equal"], "default": "Exists"},
+    "value": _str(),
+    "effect": {"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute", ""]},
+    "tolerationSeconds": {"type": "integer"},
+}
+# Which pod specs an entry of a per-vendor table applies to: those asking for a resource whose
+# name starts with `prefix` (amd.com/ -> amd.com/gpu), and with `resourceClaims: true` also those
+# that reference DRA claims, whose vendor the pod spec does not name.
+_BY_RESOURCE: dict[str, Any] = {
+    "prefix": {"type": "string", "minLength": 1},
+    "resourceClaims": {"type": "boolean", "default": False},
+}
+
+
+def _single_or_table(required: list[str]) -> list[dict[str, Any]]:
+    """One set of arguments (`required` fields), or a `byResourcePrefix` table and nothing beside it."""
+    table = {"required": ["byResourcePrefix"]}
+    return [
+        {"if": {"not": table}, "then": {"required": required}},
+        {"if": table, "then": {"maxProperties": 1}},
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class ByResource:
+    """One row of a per-vendor table: the mutation's arguments and the pod specs they are for."""
+
+    prefix: str
+    resource_claims: bool
+    args: Mapping[str, Any]
+
+    def applies(self, pod_spec: Any) -> bool:
+        if self.resource_claims and isinstance(pod_spec, Mapping) and pod_spec.get("resourceClaims"):
+            return True
+        return any(name.startswith(self.prefix) for name in resource_names(pod_spec))
+
+    @classmethod
+    def table(cls, rows: Any, build: Callable[[Mapping[str, Any]], Mapping[str, Any]]) -> tuple[ByResource, ...]:
+        return tuple(
+            cls(prefix=row["prefix"], resource_claims=bool(row.get("resourceClaims")), args=build(row))
+            for row in rows or ()
+        )
+
+
+def resource_names(pod_spec: Any) -> set[str]:
+    """Every resource name a pod spec's containers and init containers request or limit."""
+    names: set[str] = set()
+    if not isinstance(pod_spec, Mapping):
+        return names
+    for field in ("initContainers", "containers"):
+        containers = pod_spec.get(field)
+        for container in containers if isinstance(containers, list) else []:
+            resources = container.get("resources") if isinstance(container, Mapping) else None
+            if not isinstance(resources, Mapping):
+                continue
+            for kind in ("requests", "limits"):
+                amounts = resources.get(kind)
+                if isinstance(amounts, Mapping):
+                    names.update(name for name in amounts if isinstance(name, str))
+    return names
+
+
+def _wanted(
+    ctx: MutationContext, spec_path: Path, single: Mapping[str, Any] | None, table: tuple[ByResource, ...]
+) -> list[Mapping[str, Any]]:
+    """The argument sets that apply to one pod spec: the single one, or the table's matching rows."""
+    if single is not None:
+        return [single]
+    pod_spec = ctx.patcher.get(spec_path)
+    wanted: list[Mapping[str, Any]] = []
+    for row in table:
+        if row.applies(pod_spec) and row.args not in wanted:
+            wanted.append(row.args)
+    return wanted
+
+
 @dataclass(frozen=True, slots=True)
 class AddToleration:
     name: ClassVar[str] = "addToleration"
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "additionalProperties": False,
-        "required": ["key"],
         "properties": {
-            "key": _str(),
-            "operator": {"enum": ["Exists", "Equal"], "default": "Exists"},
-            "value": _str(),
-            "effect": {"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute", ""]},
-            "tolerationSeconds": {"type": "integer"},
+            **_TOLERATION_FIELDS,
+            "byResourcePrefix": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["prefix", "key"],
+                    "properties": {**_BY_RESOURCE, **_TOLERATION_FIELDS},
+                },
+            },
         },
+        "allOf": _single_or_table(["key"]),
     }
-    toleration: Mapping[str, Any]
+    toleration: Mapping[str, Any] | None
+    table: tuple[ByResource, ...] = ()
 
     @classmethod
     def build(cls, spec: Mapping[str, Any], env: CelEnvironment) -> AddToleration:
-        toleration = {"key": spec["key"], "operator": spec.get("operator", "Exists")}
-        for field in ("value", "effect", "tolerationSeconds"):
-            if field in spec:
-                toleration[field] = spec[field]
-        return cls(toleration)
+        if "byResourcePrefix" in spec:
+            return cls(None, ByResource.table(spec["byResourcePrefix"], _toleration))
+        return cls(_toleration(spec))
 
     def apply(self, ctx: MutationContext) -> None:
         for spec_path in ctx.target.pod_specs:
-            existing = ctx.patcher.get((*spec_path, "tolerations"))
-            if isinstance(existing, list) and any(_covers(t, self.toleration) for t in existing):
-                continue
-            ctx.patcher.append((*spec_path, "tolerations"), dict(self.toleration))
+            for toleration in _wanted(ctx, spec_path, self.toleration, self.table):
+                existing = ctx.patcher.get((*spec_path, "tolerations"))
+                if isinstance(existing, list) and any(_covers(t, toleration) for t in existing):
+                    continue
+                ctx.patcher.append((*spec_path, "tolerations"), dict(toleration))
+
+
+def _toleration(spec: Mapping[str, Any]) -> dict[str, Any]:
+    toleration = {"key": spec["key"], "operator": spec.get("operator", "Exists")}
+    for field in ("value", "effect", "tolerationSeconds"):
+        if field in spec:
+            toleration[field] = spec[field]
+    return toleration
 
 
 def _covers(existing: Any, wanted: Mapping[str, Any]) -> bool:
@@ -99,49 +192,75 @@ def _covers(existing: Any, wanted: Mapping[str, Any]) -> bool:
     return effect == "" or effect == (wanted.get("effect") or "")
 
 
+_REQUIREMENT_FIELDS: dict[str, Any] = {
+    "key": _str(),
+    "operator": {"enum": ["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]},
+    "values": {"type": "array", "items": _str()},
+}
+
+
 @dataclass(frozen=True, slots=True)
 class RequireNodeAffinity:
     name: ClassVar[str] = "requireNodeAffinity"
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "additionalProperties": False,
-        "required": ["key", "operator"],
         "properties": {
-            "key": _str(),
-            "operator": {"enum": ["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]},
-            "values": {"type": "array", "items": _str()},
+            **_REQUIREMENT_FIELDS,
+            "byResourcePrefix": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["prefix", "key", "operator"],
+                    "properties": {**_BY_RESOURCE, **_REQUIREMENT_FIELDS},
+                },
+            },
         },
+        "allOf": _single_or_table(["key", "operator"]),
     }
-    expression: Mapping[str, Any]
+    expression: Mapping[str, Any] | None
+    table: tuple[ByResource, ...] = ()
 
     @classmethod
     def build(cls, spec: Mapping[str, Any], env: CelEnvironment) -> RequireNodeAffinity:
-        expression: dict[str, Any] = {"key": spec["key"], "operator": spec["operator"]}
-        if spec.get("values") is not None:
-            expression["values"] = list(spec["values"])
-        return cls(expression)
+        if "byResourcePrefix" in spec:
+            return cls(None, ByResource.table(spec["byResourcePrefix"], _requirement))
+        return cls(_requirement(spec))
 
     def apply(self, ctx: MutationContext) -> None:
         for spec_path in ctx.target.pod_specs:
-            terms_path: Path = (
-                *spec_path,
-                "affinity",
-                "nodeAffinity",
-                "requiredDuringSchedulingIgnoredDuringExecution",
-                "nodeSelectorTerms",
-            )
-            terms = ctx.patcher.get(terms_path)
-            if not isinstance(terms, list) or not terms:
-                ctx.patcher.set(terms_path, [{"matchExpressions": [dict(self.expression)]}])
-                continue
-            # Terms are ORed: the requirement must join every term, or one term would escape it.
-            for index, term in enumerate(terms):
-                if not isinstance(term, Mapping):
-                    continue
-                expressions = term.get("matchExpressions")
-                if isinstance(expressions, list) and any(_same_requirement(e, self.expression) for e in expressions):
-                    continue
-                ctx.patcher.append((*terms_path, index, "matchExpressions"), dict(self.expression))
+            for expression in _wanted(ctx, spec_path, self.expression, self.table):
+                _require(ctx, spec_path, expression)
+
+
+def _requirement(spec: Mapping[str, Any]) -> dict[str, Any]:
+    expression: dict[str, Any] = {"key": spec["key"], "operator": spec["operator"]}
+    if spec.get("values") is not None:
+        expression["values"] = list(spec["values"])
+    return expression
+
+
+def _require(ctx: MutationContext, spec_path: Path, expression: Mapping[str, Any]) -> None:
+    terms_path: Path = (
+        *spec_path,
+        "affinity",
+        "nodeAffinity",
+        "requiredDuringSchedulingIgnoredDuringExecution",
+        "nodeSelectorTerms",
+    )
+    terms = ctx.patcher.get(terms_path)
+    if not isinstance(terms, list) or not terms:
+        ctx.patcher.set(terms_path, [{"matchExpressions": [dict(expression)]}])
+        return
+    # Terms are ORed: the requirement must join every term, or one term would escape it.
+    for index, term in enumerate(terms):
+        if not isinstance(term, Mapping):
+            continue
+        expressions = term.get("matchExpressions")
+        if isinstance(expressions, list) and any(_same_requirement(e, expression) for e in expressions):
+            continue
+        ctx.patcher.append((*terms_path, index, "matchExpressions"), dict(expression))
 
 
 def _same_requirement(existing: Any, wanted: Mapping[str, Any]) -> bool:
@@ -247,11 +366,25 @@ class AddEnv:
 
     def apply(self, ctx: MutationContext) -> None:
         for spec_path in ctx.target.pod_specs:
-            for field in ("initContainers", "containers"):
+            for field in self._fields(ctx):
                 containers = ctx.patcher.get((*spec_path, field))
                 for index, container in enumerate(containers if isinstance(containers, list) else []):
                     if isinstance(container, Mapping) and self._selects(ctx, container):
                         self._add(ctx, (*spec_path, field, index, "env"), container.get("env"))
+
+    @staticmethod
+    def _fields(ctx: MutationContext) -> tuple[str, ...]:
+        """Which container lists may change in this request.
+
+        A Pod's containers and init containers are immutable after CREATE, and on a template an
+        env change at UPDATE would roll the workload out: only at CREATE. The ephemeralcontainers
+        subresource (kubectl debug) is the only way containers join a running Pod, and the
+        apiserver keeps only spec.ephemeralContainers of what is written there; ephemeral
+        containers are never changed otherwise (a plain Pod UPDATE may not touch them).
+        """
+        if ctx.sub_resource == "ephemeralcontainers":
+            return ("ephemeralContainers",) if ctx.target.is_pod else ()
+        return ("initContainers", "containers") if ctx.operation == "CREATE" else ()
 
     def _selects(self, ctx: MutationContext, container: Mapping[str, Any]) -> bool:
         if self.containers == "all":
@@ -317,8 +450,12 @@ class SetQueueName:
         queue = self.value if self.expression is None else ctx.evaluate(self.expression)
         if queue is None or queue == "":
             return
-        if not isinstance(queue, str) or not _DNS_SUBDOMAIN.match(queue) or len(queue) > 253:
+        # A LocalQueue name is a DNS-1123 subdomain (up to 253 characters), but the label that names
+        # it holds at most 63 (a label value): a longer name cannot be written at all.
+        if not isinstance(queue, str) or not _DNS_SUBDOMAIN.match(queue):
             raise MutationError(f"queue name {queue!r} is not a DNS-1123 subdomain")
+        if len(queue) > 63:
+            raise MutationError(f"queue name {queue!r} is not a valid label value: {len(queue)} characters, at most 63")
         ctx.patcher.set((*ctx.target.metadata, "labels", QUEUE_LABEL), queue)
         root = ctx.patcher.get(ctx.target.root)
         if (

@@ -1,14 +1,15 @@
-"""Where pod templates live in each workload kind (DESIGN §4), and what to call them in messages."""
+"""Where pod templates live in each workload kind, and what to call them in messages: the one table of kinds."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .model import Target
 from .pointer import Path
 
-# kind -> (API groups it may come from, finder of (path to template, description) pairs)
+# finds (path to a pod template, description) pairs in one object
 TemplateFinder = Callable[[Mapping[str, Any], str], Iterator[tuple[Path, str]]]
 
 
@@ -62,24 +63,115 @@ def _leader_worker_set(obj: Mapping[str, Any], owner: str) -> Iterator[tuple[Pat
             yield path, f"{role} template of {owner}"
 
 
+@dataclass(frozen=True, slots=True)
+class WorkloadKind:
+    """One kind whose pod templates the rules see: THE table that autogen, the cluster audit's list
+    of resources and the checks of the webhook configurations (rules:, matchConditions) derive from."""
+
+    kind: str
+    group: str  # "" for the core API
+    versions: tuple[str, ...]  # served versions, newest first (the cluster audit lists the first served)
+    plural: str  # the resource name in webhook rules and API paths
+    templates: tuple[str, ...]  # where the pod specs live, for documentation and the matchCondition check
+    find: TemplateFinder | None  # None for Pod: its spec is the object's own
+
+    @property
+    def api_versions(self) -> tuple[str, ...]:
+        return tuple(f"{self.group}/{v}" if self.group else v for v in self.versions)
+
+
 KUBEFLOW = "kubeflow.org"
-WORKLOADS: dict[str, tuple[frozenset[str], TemplateFinder]] = {
-    "Deployment": (frozenset({"apps"}), _single("spec", "template")),
-    "StatefulSet": (frozenset({"apps"}), _single("spec", "template")),
-    "DaemonSet": (frozenset({"apps"}), _single("spec", "template")),
-    "ReplicaSet": (frozenset({"apps"}), _single("spec", "template")),
-    "Job": (frozenset({"batch"}), _single("spec", "template")),
-    "CronJob": (frozenset({"batch"}), _single("spec", "jobTemplate", "spec", "template")),
-    "JobSet": (frozenset({"jobset.x-k8s.io"}), _jobset),
-    "PyTorchJob": (frozenset({KUBEFLOW}), _replica_specs("pytorchReplicaSpecs")),
-    "TFJob": (frozenset({KUBEFLOW}), _replica_specs("tfReplicaSpecs")),
-    "MPIJob": (frozenset({KUBEFLOW}), _replica_specs("mpiReplicaSpecs")),
-    "XGBoostJob": (frozenset({KUBEFLOW}), _replica_specs("xgbReplicaSpecs")),
-    "PaddleJob": (frozenset({KUBEFLOW}), _replica_specs("paddleReplicaSpecs")),
-    "RayJob": (frozenset({"ray.io"}), _ray(("spec", "rayClusterSpec"))),
-    "RayCluster": (frozenset({"ray.io"}), _ray(("spec",))),
-    "LeaderWorkerSet": (frozenset({"leaderworkerset.x-k8s.io"}), _leader_worker_set),
-}
+# Versions and plurals from each project's API types: apps/v1 and batch/v1 (Kubernetes);
+# jobset.x-k8s.io/v1alpha2 (kubernetes-sigs/jobset api/jobset/v1alpha2); kubeflow.org/v1 for
+# PyTorchJob, TFJob, XGBoostJob and PaddleJob (kubeflow/training-operator pkg/apis/kubeflow.org/v1),
+# MPIJob v2beta1 (kubeflow/mpi-operator) and v1 (training-operator); ray.io/v1 and v1alpha1
+# (ray-project/kuberay ray-operator/apis); leaderworkerset.x-k8s.io/v1 (kubernetes-sigs/lws).
+KINDS: tuple[WorkloadKind, ...] = (
+    WorkloadKind("Pod", "", ("v1",), "pods", ("spec",), None),
+    WorkloadKind("Deployment", "apps", ("v1",), "deployments", ("spec.template",), _single("spec", "template")),
+    WorkloadKind("StatefulSet", "apps", ("v1",), "statefulsets", ("spec.template",), _single("spec", "template")),
+    WorkloadKind("DaemonSet", "apps", ("v1",), "daemonsets", ("spec.template",), _single("spec", "template")),
+    WorkloadKind("ReplicaSet", "apps", ("v1",), "replicasets", ("spec.template",), _single("spec", "template")),
+    WorkloadKind("Job", "batch", ("v1",), "jobs", ("spec.template",), _single("spec", "template")),
+    WorkloadKind(
+        "CronJob",
+        "batch",
+        ("v1",),
+        "cronjobs",
+        ("spec.jobTemplate.spec.template",),
+        _single("spec", "jobTemplate", "spec", "template"),
+    ),
+    WorkloadKind(
+        "JobSet",
+        "jobset.x-k8s.io",
+        ("v1alpha2",),
+        "jobsets",
+        ("spec.replicatedJobs[*].template.spec.template",),
+        _jobset,
+    ),
+    WorkloadKind(
+        "PyTorchJob",
+        KUBEFLOW,
+        ("v1",),
+        "pytorchjobs",
+        ("spec.pytorchReplicaSpecs.*.template",),
+        _replica_specs("pytorchReplicaSpecs"),
+    ),
+    WorkloadKind(
+        "TFJob", KUBEFLOW, ("v1",), "tfjobs", ("spec.tfReplicaSpecs.*.template",), _replica_specs("tfReplicaSpecs")
+    ),
+    WorkloadKind(
+        "MPIJob",
+        KUBEFLOW,
+        ("v2beta1", "v1"),
+        "mpijobs",
+        ("spec.mpiReplicaSpecs.*.template",),
+        _replica_specs("mpiReplicaSpecs"),
+    ),
+    WorkloadKind(
+        "XGBoostJob",
+        KUBEFLOW,
+        ("v1",),
+        "xgboostjobs",
+        ("spec.xgbReplicaSpecs.*.template",),
+        _replica_specs("xgbReplicaSpecs"),
+    ),
+    WorkloadKind(
+        "PaddleJob",
+        KUBEFLOW,
+        ("v1",),
+        "paddlejobs",
+        ("spec.paddleReplicaSpecs.*.template",),
+        _replica_specs("paddleReplicaSpecs"),
+    ),
+    WorkloadKind(
+        "RayJob",
+        "ray.io",
+        ("v1", "v1alpha1"),
+        "rayjobs",
+        ("spec.rayClusterSpec.headGroupSpec.template", "spec.rayClusterSpec.workerGroupSpecs[*].template"),
+        _ray(("spec", "rayClusterSpec")),
+    ),
+    WorkloadKind(
+        "RayCluster",
+        "ray.io",
+        ("v1", "v1alpha1"),
+        "rayclusters",
+        ("spec.headGroupSpec.template", "spec.workerGroupSpecs[*].template"),
+        _ray(("spec",)),
+    ),
+    WorkloadKind(
+        "LeaderWorkerSet",
+        "leaderworkerset.x-k8s.io",
+        ("v1",),
+        "leaderworkersets",
+        ("spec.leaderWorkerTemplate.leaderTemplate", "spec.leaderWorkerTemplate.workerTemplate"),
+        _leader_worker_set,
+    ),
+)
+BY_KIND: dict[str, WorkloadKind] = {k.kind: k for k in KINDS}
+# kinds with pod templates (what autogen extends a Pod rule to)
+WORKLOADS: dict[str, WorkloadKind] = {k.kind: k for k in KINDS if k.find is not None}
 WORKLOAD_KINDS: frozenset[str] = frozenset(WORKLOADS)
 
 
@@ -104,12 +196,12 @@ def owner_name(obj: Mapping[str, Any]) -> str:
 def pod_template_targets(obj: Mapping[str, Any]) -> list[Target]:
     """One target per pod template of a known workload kind (empty for anything else)."""
     entry = WORKLOADS.get(str(obj.get("kind")))
-    if entry is None or api_group(obj) not in entry[0]:
+    if entry is None or entry.find is None or api_group(obj) != entry.group:
         return []
     owner = owner_name(obj)
     return [
         Target(description=desc, root=path, pod_specs=((*path, "spec"),), is_pod=False)
-        for path, desc in entry[1](obj, owner)
+        for path, desc in entry.find(obj, owner)
     ]
 
 

@@ -8,13 +8,17 @@ from collections.abc import Sequence
 from html import escape
 from typing import TextIO
 
-from ..results import AUDIT, ERROR, FAIL, PASS, WARN, ObjectResult, Tally
+from webhook.engine import Result
+
+from ..results import ObjectResult, Tally, text
+
+FAIL, ERROR, WARN, AUDIT, PASS, SKIP = Result
 
 # A cap on table rows keeps the page usable in a browser; the charts still count everything.
 MAX_ROWS = 20_000
-_COLOURS = {FAIL: "#d64545", WARN: "#e8a33d", AUDIT: "#5b8def", ERROR: "#8e6bbf"}
-_LABELS = {FAIL: "Deny", WARN: "Warn", AUDIT: "Audit", ERROR: "Error"}
-_SERIES = (FAIL, WARN, AUDIT, ERROR)
+_COLOURS = {FAIL: "#d64545", WARN: "#e8a33d", AUDIT: "#5b8def", ERROR: "#8e6bbf", SKIP: "#9aa0aa"}
+_LABELS = {FAIL: "Deny", WARN: "Warn", AUDIT: "Audit", ERROR: "Error", SKIP: "Not evaluated"}
+_SERIES = (FAIL, ERROR, WARN, AUDIT, SKIP)
 
 _STYLE = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem;color:#1f2430;background:#f6f7f9}
@@ -29,7 +33,7 @@ table{border-collapse:collapse;background:#fff;width:100%;box-shadow:0 1px 3px #
 th,td{padding:.4rem .6rem;border-bottom:1px solid #e4e6ea;text-align:left;vertical-align:top}
 th{background:#eef0f4;cursor:pointer;user-select:none;white-space:nowrap}th:after{content:' \\2195';color:#99a}
 td.n{text-align:right}td.k{white-space:nowrap}.r-fail{color:#d64545;font-weight:600}.r-warn{color:#c07d12;font-weight:600}
-.r-audit{color:#3a6fd8}.r-error{color:#8e6bbf}
+.r-audit{color:#3a6fd8}.r-error{color:#8e6bbf}.r-skip{color:#667}
 """
 
 # Sort on header click; numeric when both cells are numbers. Few lines on purpose: no library.
@@ -69,7 +73,7 @@ class HtmlReport:
                     ref.name,
                     result.origin,
                     result.gpus,
-                    outcome.message,
+                    text(outcome),
                 )
             )
 
@@ -80,10 +84,12 @@ class HtmlReport:
         cards = [
             ("", "Objects audited", tally.objects),
             ("fail", "Denied", by[FAIL]),
+            ("fail", "Errors", by[ERROR]),
             ("warn", "Warned", by[WARN]),
             ("", "Audited", by[AUDIT]),
             ("", "Would be patched", tally.patched_objects),
             ("", "Passed", by[PASS]),
+            ("", "With rules not evaluated (no namespace context)", tally.skipped_objects),
             ("", "GPUs affected", f"{tally.gpus_affected} / {tally.gpus}"),
         ]
         parts = [

@@ -2,7 +2,8 @@
 
 The format Policy Reporter and other tools read. Each of our rules is reported as both
 `policy` and `rule` (a GPUPolicy holds one rule). Results: Deny failures `fail`, Warn and
-Audit findings `warn`, evaluation errors `error`, everything else that matched `pass`.
+Audit findings `warn`, evaluation errors `error`, rules not evaluated for want of namespace
+context `skip`, everything else that matched `pass`.
 Severity follows the rule's action: Deny high, Warn medium, Audit low.
 """
 
@@ -15,14 +16,21 @@ from typing import Any, TextIO
 
 import yaml
 
-from webhook.engine import Action
+from webhook.engine import Action, Result
 
-from ..results import AUDIT, ERROR, FAIL, PASS, WARN, ObjectResult, Tally
+from ..results import ObjectResult, Tally, text
 
 API_VERSION = "wgpolicyk8s.io/v1alpha2"
 REPORT_NAME = "gpu-webhook-audit"
 SOURCE = "gpu-webhook"
-_RESULT = {FAIL: "fail", WARN: "warn", AUDIT: "warn", ERROR: "error", PASS: "pass"}
+_RESULT = {
+    Result.FAIL: "fail",
+    Result.ERROR: "error",
+    Result.WARN: "warn",
+    Result.AUDIT: "warn",
+    Result.PASS: "pass",
+    Result.SKIP: "skip",  # not evaluated: no namespace context
+}
 _SEVERITY = {Action.DENY: "high", Action.WARN: "medium", Action.AUDIT: "low"}
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
@@ -48,7 +56,7 @@ class PolicyReportBuilder:
                 "policy": outcome.rule,
                 "rule": outcome.rule,
                 "result": _RESULT[outcome.result],
-                "message": outcome.message or f"{ref.kind} {ref.name} passes {outcome.rule}",
+                "message": text(outcome) or f"{ref.kind} {ref.name} passes {outcome.rule}",
                 "resources": [dict(resource)],  # copies: no YAML anchors in the output
                 "scored": True,
                 "source": SOURCE,
@@ -60,7 +68,7 @@ class PolicyReportBuilder:
             properties = {"gpus": str(result.gpus)}
             if outcome.patched:
                 properties["mutated"] = "true"  # the webhook would fix this one at admission
-            if outcome.result == AUDIT:
+            if outcome.result == Result.AUDIT:
                 properties["action"] = "Audit"
             entry["properties"] = properties
             bucket.append(entry)

@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Any, TextIO
 
 import orjson
-import yaml
 
+from webhook.engine import RuleOutcome
+
+from ..context import plain_yaml
 from ..results import ObjectResult, Tally
-
-_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 def object_entry(result: ObjectResult) -> dict[str, Any]:
@@ -25,14 +25,24 @@ def object_entry(result: ObjectResult) -> dict[str, Any]:
         "name": ref.name,
         "origin": result.origin,
         "gpus": result.gpus,
-        "result": result.worst,
-        "rules": [
-            {"rule": o.rule, "result": o.result, "messages": o.messages, "patched": o.patched} for o in result.outcomes
-        ],
+        "result": result.worst.value,
+        "rules": [_rule(o) for o in result.outcomes],
     }
     if result.patch:
         entry["patch"] = result.patch
         entry["diff"] = result.diff()
+    return entry
+
+
+def _rule(outcome: RuleOutcome) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "rule": outcome.rule,
+        "result": outcome.result.value,
+        "messages": list(outcome.messages) or ([outcome.reason] if outcome.reason else []),
+        "patched": outcome.patched,
+    }
+    if outcome.blocks:
+        entry["blocks"] = True  # the apiserver would refuse the object because of this rule
     return entry
 
 
@@ -62,9 +72,9 @@ class YamlReport:
             self.out.write("objects:\n")
             self.first = False
         # a one-item top-level sequence is valid as the value of `objects:` at column 0
-        self.out.write(yaml.dump([object_entry(result)], Dumper=_Dumper, sort_keys=False))
+        self.out.write(plain_yaml([object_entry(result)], width=120))
 
     def finish(self, tally: Tally) -> None:
         if self.first:
             self.out.write("objects: []\n")
-        self.out.write(yaml.dump({"summary": tally.as_dict()}, Dumper=_Dumper, sort_keys=False))
+        self.out.write(plain_yaml({"summary": tally.as_dict()}, width=120))

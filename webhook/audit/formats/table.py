@@ -8,9 +8,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TextIO
 
-from ..results import AUDIT, ERROR, FAIL, PASS, WARN, ObjectResult, Tally
+from webhook.engine import Result
+from webhook.engine.model import NO_NAMESPACE_CONTEXT, SEVERITY
 
-_LABEL = {FAIL: "DENY", WARN: "WARN", AUDIT: "AUDIT", ERROR: "ERROR"}
+from ..results import ObjectResult, Tally, text
+
+_LABEL = {Result.FAIL: "DENY", Result.ERROR: "ERROR", Result.WARN: "WARN", Result.AUDIT: "AUDIT", Result.SKIP: "SKIP"}
 
 
 class TableReport:
@@ -23,8 +26,8 @@ class TableReport:
             return
         gpus = f", {result.gpus} GPU{'s' if result.gpus != 1 else ''}" if result.gpus else ""
         lines = [f"{result.ref}  ({result.origin}{gpus})"]
-        for outcome in sorted(result.findings, key=lambda o: o.result):
-            for message in outcome.messages or [""]:
+        for outcome in sorted(result.findings, key=lambda o: SEVERITY[o.result]):
+            for message in outcome.messages or [text(outcome)]:
                 lines.append(f"  {_LABEL[outcome.result]:<6} {outcome.rule}: {message}")
         if result.patch:
             patched = ", ".join(o.rule for o in result.outcomes if o.patched)
@@ -35,33 +38,55 @@ class TableReport:
     def finish(self, tally: Tally) -> None:
         by = tally.objects_by_worst
         self.out.write(
-            f"{tally.objects} objects: {by[FAIL]} denied, {by[WARN]} warned, {by[AUDIT]} audited, "
-            f"{by[ERROR]} with errors, {by[PASS]} passed; {tally.patched_objects} would be patched. "
-            f"GPUs requested: {tally.gpus}, in objects with findings: {tally.gpus_affected}\n\n"
+            f"{tally.objects} objects: {by[Result.FAIL]} denied, {by[Result.ERROR]} with errors, "
+            f"{by[Result.WARN]} warned, {by[Result.AUDIT]} audited, {by[Result.PASS]} passed; "
+            f"{tally.patched_objects} would be patched. "
+            f"GPUs requested: {tally.gpus}, in objects with findings: {tally.gpus_affected}\n"
         )
+        if tally.skipped_objects:
+            self.out.write(
+                f"{tally.skipped_objects} objects with rules {NO_NAMESPACE_CONTEXT} "
+                "(add their Namespace objects to the input or pass --namespace-objects FILE)\n"
+            )
+        self.out.write("\n")
         rule_rows = [
             [
                 name,
-                c.results[FAIL],
-                c.results[WARN],
-                c.results[AUDIT],
-                c.results[ERROR],
-                c.results[PASS],
+                c.results[Result.FAIL],
+                c.results[Result.ERROR],
+                c.results[Result.WARN],
+                c.results[Result.AUDIT],
+                c.results[Result.PASS],
+                c.results[Result.SKIP],
                 c.patched,
                 c.gpus_affected,
             ]
             for name, c in sorted(tally.rules.items())
         ]
         self.out.write(
-            _table(["RULE", "DENY", "WARN", "AUDIT", "ERROR", "PASS", "PATCHED", "GPUS AFFECTED"], rule_rows)
+            _table(
+                ["RULE", "DENY", "ERROR", "WARN", "AUDIT", "PASS", "SKIPPED", "PATCHED", "GPUS AFFECTED"], rule_rows
+            )
         )
         self.out.write("\n")
         namespace_rows = [
-            [name, c[FAIL], c[WARN], c[AUDIT], c[ERROR], c[PASS], tally.namespace_gpus_affected[name]]
+            [
+                name,
+                c[Result.FAIL],
+                c[Result.ERROR],
+                c[Result.WARN],
+                c[Result.AUDIT],
+                c[Result.PASS],
+                c[Result.SKIP],
+                tally.namespace_gpus_affected[name],
+            ]
             for name, c in sorted(tally.namespaces.items())
         ]
         self.out.write(
-            _table(["NAMESPACE", "DENIED", "WARNED", "AUDITED", "ERRORS", "PASSED", "GPUS AFFECTED"], namespace_rows)
+            _table(
+                ["NAMESPACE", "DENIED", "ERRORS", "WARNED", "AUDITED", "PASSED", "SKIPPED", "GPUS AFFECTED"],
+                namespace_rows,
+            )
         )
 
 

@@ -1,0 +1,118 @@
+"""What an offline door knows about namespaces, and the one way it turns an object into admission input.
+
+`kubectl apply -n NS` (or the current context's namespace, `default` when none) sets the
+namespace of a namespaced object that has none, and the apiserver writes it into the object
+before admission; `helm template` output has no namespaces at all. Audit and explain both go
+through `NamespaceContext.admission`, so they see the same namespace and the same Namespace
+object for the same input, and `AdmissionInput.offline` (the engine's) fills the rest.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from webhook.engine import AdmissionInput
+
+DEFAULT_NAMESPACE = "default"  # what kubectl uses when neither -n nor the kubeconfig context names one
+
+# Built-in kinds that live outside namespaces; everything else (all workload kinds) is namespaced.
+CLUSTER_SCOPED = frozenset(
+    {
+        "Namespace",
+        "Node",
+        "PersistentVolume",
+        "StorageClass",
+        "PriorityClass",
+        "RuntimeClass",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "CustomResourceDefinition",
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "DeviceClass",
+        "IngressClass",
+        "APIService",
+        "CSIDriver",
+        "CSINode",
+        "VolumeAttachment",
+        "ClusterPolicyReport",
+    }
+)
+
+
+class NamespaceContext:
+    """Namespace objects by name, and the namespace given to objects that carry none."""
+
+    def __init__(
+        self, namespaces: Mapping[str, Mapping[str, Any]] | None = None, default_namespace: str | None = None
+    ) -> None:
+        self.namespaces: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (namespaces or {}).items()}
+        self.default_namespace = default_namespace or DEFAULT_NAMESPACE
+        self.taken = 0  # Namespace objects found in the input
+
+    def take(self, obj: Mapping[str, Any]) -> bool:
+        """Keep a Namespace object met in the input as context (True); anything else is left alone."""
+        if obj.get("kind") != "Namespace" or str(obj.get("apiVersion", "")) != "v1":
+            return False
+        name = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), Mapping) else None
+        if isinstance(name, str) and name:
+            self.namespaces[name] = dict(obj)
+            self.taken += 1
+        return True
+
+    def namespace_of(self, obj: Mapping[str, Any] | None) -> str | None:
+        if not isinstance(obj, Mapping) or obj.get("kind") in CLUSTER_SCOPED:
+            return None
+        metadata = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+        found = metadata.get("namespace")
+        return found if isinstance(found, str) and found else self.default_namespace
+
+    def admission(
+        self,
+        obj: dict[str, Any] | None,
+        *,
+        operation: str = "CREATE",
+        old_object: dict[str, Any] | None = None,
+        namespace: str | None = None,
+        namespace_object: dict[str, Any] | None = None,
+        user_info: Mapping[str, Any] | None = None,
+    ) -> AdmissionInput:
+        """The admission the apiserver would run for `obj` applied with `kubectl apply -n <default>`."""
+        namespace = namespace or self.namespace_of(obj if obj is not None else old_object)
+        if namespace_object is None and namespace:
+            namespace_object = self.namespaces.get(namespace)
+        return AdmissionInput.offline(
+            _with_namespace(obj, namespace),
+            operation=operation,
+            old_object=_with_namespace(old_object, namespace),
+            namespace=namespace,
+            namespace_object=copy.deepcopy(namespace_object) if namespace_object is not None else None,
+            user_info=user_info,
+        )
+
+
+def _with_namespace(obj: dict[str, Any] | None, namespace: str | None) -> dict[str, Any] | None:
+    """The object as admission sees it: the apiserver fills an empty metadata.namespace from the request."""
+    if obj is None or not namespace:
+        return obj
+    metadata = obj.get("metadata")
+    if isinstance(metadata, Mapping) and metadata.get("namespace"):
+        return obj
+    return {**obj, "metadata": {**(metadata if isinstance(metadata, Mapping) else {}), "namespace": namespace}}
+
+
+class _PlainDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """No anchors and aliases (&id001): a diff is read by people, and a patch may share values."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def plain_yaml(value: Any, width: int = 80) -> str:
+    return yaml.dump(value, Dumper=_PlainDumper, sort_keys=False, default_flow_style=False, width=width)
