@@ -1,16 +1,41 @@
-"""Prometheus metrics of one server process, in a registry of its own (no global state)."""
+"""Prometheus metrics of one server process, in a registry of its own (no global state).
+
+Every label value is bounded: a tenant controls `request.kind.kind` and `operation`, so
+those are mapped onto known sets (else "other"), rule labels are rule names of loaded rule
+sets, and every labelled metric is capped at a number of series past which new label sets
+are folded into "other". Rendering runs on a thread, so a scrape never stalls admission.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from webhook.engine import Decision
+from webhook.engine.workloads import WORKLOAD_KINDS
 
 # Admission answers take tens of microseconds; the apiserver gives up after seconds.
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5)
+OTHER = "other"
+# the kinds a rule can target: the workload table, Pods, and DRA claims (resource.k8s.io)
+KNOWN_KINDS = frozenset(WORKLOAD_KINDS | {"Pod", "ResourceClaim", "ResourceClaimTemplate"})
+OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
+# Series per labelled metric. The per-request label sets are endpoints (2) x operations (5) x
+# kinds (20) x decisions (4) at most, ~800; real traffic uses a few dozen. Past the cap, new
+# label sets count under kind and operation "other". Rule labels are rule names of loaded
+# rule sets (reloads add names). Measured worst case: a ~100 KB page.
+MAX_REQUEST_SERIES = 200
+MAX_RULE_SERIES = 300
+
+
+def kind_label(kind: str) -> str:
+    return kind if kind in KNOWN_KINDS else OTHER
+
+
+def operation_label(operation: str) -> str:
+    return operation if operation in OPERATIONS else OTHER
 
 
 class Metrics:
@@ -25,10 +50,12 @@ class Metrics:
             ["endpoint", "operation", "kind", "decision"],
             registry=r,
         )
+        # by endpoint and decision only: a histogram series is 16 lines, and rendering the page is
+        # what a scrape costs (kind and operation are on gpu_webhook_requests_total)
         self.latency = Histogram(
             "gpu_webhook_request_duration_seconds",
-            "Time to answer one admission request (parse, evaluate, serialise).",
-            ["endpoint", "operation", "kind", "decision"],
+            "Time to answer one admission request (parse, evaluate, serialise), by endpoint and decision.",
+            ["endpoint", "decision"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
@@ -43,6 +70,20 @@ class Metrics:
         )
         self.rule_errors = Counter(
             "gpu_webhook_rule_evaluation_errors", "Rule evaluation errors, by rule.", ["rule"], registry=r
+        )
+        self.connections_refused = Counter(
+            "gpu_webhook_connections_refused",
+            "Connections refused or closed early because the connection limit was reached, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.connections = Gauge(
+            "gpu_webhook_connections", "Open connections on the admission port, handshakes included.", registry=r
+        )
+        self.offloaded = Counter(
+            "gpu_webhook_offloaded_requests",
+            "Admission requests evaluated in the evaluation process (large bodies) instead of the event loop.",
+            registry=r,
         )
         self.rules_generation = Gauge(
             "gpu_webhook_rules_generation", "Generation of the rule set in use (+1 per successful load).", registry=r
@@ -80,24 +121,52 @@ class Metrics:
             "Serving certificate reloads that failed (the previous certificate kept serving).",
             registry=r,
         )
-        # labels() costs ~1 µs per call (validation, lock); the children are looked up once per label set
-        # (as bounded as the metric itself: endpoints x operations x kinds x decisions).
+        # labels() costs ~1 µs per call (validation, lock); the children are looked up once per label set.
         self._per_request: dict[tuple[str, str, str, str], tuple[Any, Any]] = {}
+        self._per_rule: dict[tuple[str, str], Any] = {}
+        self._rendering: asyncio.Future[bytes] | None = None
 
     def observe(self, endpoint: str, operation: str, kind: str, decision: str, seconds: float) -> None:
-        key = (endpoint, operation, kind, decision)
+        key = (endpoint, operation_label(operation), kind_label(kind), decision)
         children = self._per_request.get(key)
         if children is None:
-            children = self._per_request[key] = (self.requests.labels(*key), self.latency.labels(*key))
+            if len(self._per_request) >= MAX_REQUEST_SERIES:
+                key = (endpoint, OTHER, OTHER, decision)
+                children = self._per_request.get(key)
+            if children is None:
+                children = self._per_request[key] = (
+                    self.requests.labels(*key),
+                    self.latency.labels(endpoint, decision),
+                )
         children[0].inc()
         children[1].observe(seconds)
 
-    def observe_rules(self, decision: Decision) -> None:
-        for bucket, action in ((decision.violations, "deny"), (decision.warnings, "warn"), (decision.audits, "audit")):
-            for violation in bucket:
-                self.rule_results.labels(violation.rule, "would_deny" if violation.relaxed else action).inc()
-        for error in decision.errors:
-            self.rule_errors.labels(error.rule).inc()
+    def observe_rules(self, results: list[tuple[str, str]], errors: list[str]) -> None:
+        """results: (rule, action) per violation, warning and audit; errors: the rule of each evaluation error."""
+        for rule, action in results:
+            self._rule_child(self.rule_results, rule, action).inc()
+        for rule in errors:
+            self._rule_child(self.rule_errors, rule).inc()
+
+    def _rule_child(self, metric: Any, rule: str, *rest: str) -> Any:
+        key = (metric._name, rule, *rest)
+        child = self._per_rule.get(key)  # type: ignore[arg-type]
+        if child is None:
+            if len(self._per_rule) >= MAX_RULE_SERIES:
+                return metric.labels(OTHER, *rest)
+            child = self._per_rule[key] = metric.labels(rule, *rest)  # type: ignore[index]
+        return child
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+    async def render_async(self) -> bytes:
+        """The page, rendered on a thread so a scrape never holds the event loop; scrapes that
+        arrive while a render runs share it (a scrape flood costs one render at a time)."""
+        if self._rendering is None:
+            self._rendering = asyncio.ensure_future(asyncio.to_thread(self.render))
+            self._rendering.add_done_callback(self._rendered_done)
+        return await asyncio.shield(self._rendering)
+
+    def _rendered_done(self, _future: asyncio.Future[bytes]) -> None:
+        self._rendering = None

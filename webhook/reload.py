@@ -18,6 +18,7 @@ from pathlib import Path
 
 from webhook.certs import CERT_FILE, KEY_FILE, certificate_not_after
 from webhook.engine import LoadError, RuleSet, load_rules, rule_files
+from webhook.memory import settle
 from webhook.metrics import Metrics
 
 log = logging.getLogger("gpu_webhook.reload")
@@ -132,8 +133,8 @@ async def watch(rules: RuleStore, certs: CertificateStore | None, interval: floa
     while True:
         await asyncio.sleep(interval)
         try:
-            if rules.changed():
-                await asyncio.to_thread(rules.load)
+            if rules.changed() and await asyncio.to_thread(rules.load):
+                settle()  # the old rule set out of the frozen generation, the new one into it
             if certs is not None and certs.changed():
                 # files of a pair are replaced one by one: give the writer a moment to finish
                 await asyncio.sleep(min(interval, 0.2))

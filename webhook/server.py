@@ -23,11 +23,15 @@ import orjson
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from webhook.admission import ReviewError, build_response, error_response, parse_review
 from webhook.certs import CERT_FILE, KEY_FILE
-from webhook.engine import Mode, Phase, evaluate
+from webhook.cluster_input import admission_input
+from webhook.connections import GuardedSite, shrink_tls_buffers
+from webhook.decide import DecideConfig, Problem, parse, respond
+from webhook.engine import Mode, Phase
 from webhook.engine.model import AdmissionInput, Limits
+from webhook.memory import settle, trim_periodically
 from webhook.metrics import Metrics
+from webhook.offload import Offload
 from webhook.reload import CertificateStore, RuleStore, watch
 
 log = logging.getLogger("gpu_webhook.server")
@@ -35,6 +39,9 @@ http_log = logging.getLogger("gpu_webhook.http")  # aiohttp's per-connection err
 MAX_BODY = 3 * 1024 * 1024  # the apiserver's own limit on a request body
 # TLS 1.2 suites with forward secrecy and AEAD only; TLS 1.3 suites are all modern already.
 CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
+# On SIGTERM, how long a connection accepted before the listener closed may take to start its
+# request (a TLS handshake plus the headers: milliseconds from the apiserver).
+FRESH_CONNECTION_GRACE = 2.0
 
 
 class NamespaceSource(Protocol):
@@ -42,7 +49,8 @@ class NamespaceSource(Protocol):
 
     `lookup` is the one I/O a request may wait for: a namespace the watch has not delivered is
     fetched once (bounded, shared, cached) before deciding. `fill` adds the rest of the cluster
-    context (PriorityClasses, DRA claims) to the engine's input from memory. (i11-engine)
+    context (PriorityClasses, DRA claims) to the engine's input from memory. Both are optional:
+    webhook.cluster_input reads them with getattr, so a source with only `get` works.
     """
 
     @property
@@ -73,7 +81,7 @@ class ServerConfig:
     # A connection with no request in progress (idle, or still sending its headers) is closed
     # after this; aiohttp's own default is an hour, which lets stalled clients pile up.
     idle_timeout: float = 30.0
-    rule_time_budget: float | None = 0.1  # seconds of rule evaluation per request; past it rules error
+    rule_time_budget: float | None = 0.5  # CPU seconds of rule evaluation per request; past it rules error
     max_collection: int = 1000  # larger lists/maps in a pod spec are not handed to CEL (rule error)
     shutdown_timeout: float = 25.0  # in-flight requests get this long to finish on SIGTERM
     drain_delay: float = 0.0  # after SIGTERM, keep serving while endpoints are removed
@@ -81,6 +89,18 @@ class ServerConfig:
     metrics_host: str | None = None  # serve /metrics and health on plain HTTP here as well
     metrics_port: int | None = None
     reuse_port: bool = False
+    # Connections on the admission port (handshakes included): ~30 KiB each once the TLS read
+    # buffer is shrunk (webhook.connections), so 4,096 stay within ~120 MiB.
+    max_connections: int = 4096
+    handshake_timeout: float = 5.0  # a TLS handshake not finished by then is dropped (asyncio: 60 s)
+    # Bodies larger than this are parsed and evaluated in a child process (webhook.offload), so
+    # a 3 MiB object (~0.5 s of CPU) does not stall the small ones; below it the answer stays on
+    # the event loop (a hop costs more than a 3 KB pod's whole evaluation).
+    offload_threshold: int = 64 * 1024
+    # Large requests (declared over offload_threshold, or of unknown length: chunked) admitted at
+    # once, reading, queued or evaluating; more get a 429 at once, so a flood of 3 MiB bodies
+    # holds at most ~48 MiB of bodies (only the one being evaluated is parsed).
+    max_large_requests: int = 16
 
 
 @dataclass
@@ -93,6 +113,8 @@ class ServerState:
     stopping: bool = False
     in_flight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
+    large_in_progress: int = 0
+    offload: Offload = field(default_factory=Offload)
     background: list[asyncio.Task[Any]] = field(default_factory=list)
 
 
@@ -112,8 +134,6 @@ def tls_context(cert_dir: str, client_ca: str | None = None) -> ssl.SSLContext:
 
 
 def _admission_handler(phase: Phase, endpoint: str) -> Callable[[web.Request], Any]:
-    include_patch = phase == Phase.MUTATE
-
     async def handle(request: web.Request) -> web.Response:
         state = request.app[STATE]
         state.in_flight += 1
@@ -130,9 +150,28 @@ def _admission_handler(phase: Phase, endpoint: str) -> Callable[[web.Request], A
 
     async def admit(request: web.Request, state: ServerState) -> web.Response:
         started = time.perf_counter()
-        if (request.content_length or 0) > MAX_BODY:  # refuse from the header, without waiting for the body
+        declared = request.content_length
+        if (declared or 0) > MAX_BODY:  # refuse from the header, without waiting for the body
             state.metrics.rejected.labels("413").inc()
             return _problem(413, f"request body exceeds {MAX_BODY} bytes")
+        large = declared is None or declared > state.config.offload_threshold
+        if large:
+            if state.large_in_progress >= state.config.max_large_requests:
+                state.metrics.rejected.labels("429").inc()
+                return _problem(
+                    429,
+                    f"{state.config.max_large_requests} requests over {state.config.offload_threshold} bytes "
+                    "are already being evaluated; retry",
+                    retry_after=True,
+                )
+            state.large_in_progress += 1
+        try:
+            return await answer(request, state, started)
+        finally:
+            if large:
+                state.large_in_progress -= 1
+
+    async def answer(request: web.Request, state: ServerState, started: float) -> web.Response:
         try:
             if request.content.is_eof():
                 body = await request.read()  # already all here (the usual case): no timer needed
@@ -150,88 +189,32 @@ def _admission_handler(phase: Phase, endpoint: str) -> Callable[[web.Request], A
             # the client went away mid-body (nginx calls this 499): nothing to answer, nothing broken here
             state.metrics.rejected.labels("499").inc()
             return _problem(400, "client closed the connection before sending the whole body")
-        try:
-            review = parse_review(body)
-        except ReviewError as error:
-            state.metrics.rejected.labels("400").inc()
-            log.info("malformed AdmissionReview", extra={"error": str(error), "endpoint": endpoint})
-            return _problem(400, f"malformed AdmissionReview: {error}")
         ruleset = state.rules.ruleset
         if ruleset is None:
             state.metrics.rejected.labels("503").inc()
             return _problem(503, "no rule set loaded yet")
-        namespaces = state.namespaces
-        namespace_object = None
-        if namespaces is not None and review.namespace:
-            namespace_object = namespaces.get(review.namespace)
-            lookup = getattr(namespaces, "lookup", None)  # getattr: simpler sources (tests) have only get()
-            if namespace_object is None and lookup is not None:
-                # created after the watch broke, or not delivered yet: one bounded GET, cached
-                namespace_object = await lookup(review.namespace)
-        admission = review.to_input(namespace_object)
-        if namespaces is not None:
-            fill = getattr(namespaces, "fill", None)
-            if fill is not None:
-                fill(admission)  # PriorityClasses, DRA claims: dict reads
-            resolve = getattr(namespaces, "resolve_claims", None)
-            if resolve is not None and review.kind == "Pod":
-                await resolve(admission)  # the claims a pod names, GET on a miss (bounded)
-        try:
-            decision = evaluate(
-                ruleset,
-                admission,
-                phase=phase,
-                mode=state.config.mode,
-                trace=log.isEnabledFor(logging.DEBUG),
-                limits=Limits(state.config.rule_time_budget, state.config.max_collection),
+        config = DecideConfig(
+            phase, state.config.mode, Limits(state.config.rule_time_budget, state.config.max_collection)
+        )
+        if len(body) > state.config.offload_threshold:
+            state.metrics.offloaded.inc()
+            result = await state.offload.decide(
+                ruleset, state.rules.generation, config, body, endpoint, state.namespaces
             )
-            answer = build_response(review.uid, decision, include_patch)
-        except Exception:  # a bug must refuse this one request, loudly, and keep the server up
-            log.exception("evaluation failed", extra={"uid": review.uid, "kind": review.kind})
-            answer = error_response(review.uid, 500, "gpu-webhook could not evaluate this request (see its logs)")
-            outcome = "error"
-        else:
-            outcome = (
-                "denied" if not decision.allowed else ("patched" if include_patch and decision.patch else "allowed")
-            )
-            try:
-                state.metrics.observe_rules(decision)
-                _log_decision(review, decision, outcome, endpoint)
-            except Exception:  # bookkeeping must never turn an answer into an error
-                log.exception("recording the decision failed", extra={"uid": review.uid})
-        state.metrics.observe(endpoint, review.operation, review.kind, outcome, time.perf_counter() - started)
-        return web.Response(body=answer, content_type="application/json")
+        else:  # the fast path: no hop for a small object
+            review = parse(body, endpoint)
+            if isinstance(review, Problem):
+                result = review
+            else:
+                result = respond(ruleset, config, review, await admission_input(state.namespaces, review), endpoint)
+        if isinstance(result, Problem):
+            state.metrics.rejected.labels(str(result.status)).inc()
+            return _problem(result.status, result.message)
+        state.metrics.observe_rules(result.rule_results, result.rule_errors)
+        state.metrics.observe(endpoint, result.operation, result.kind, result.outcome, time.perf_counter() - started)
+        return web.Response(body=result.answer, content_type="application/json")
 
     return handle
-
-
-def _log_decision(review: Any, decision: Any, outcome: str, endpoint: str) -> None:
-    # denials, and what audit mode let through that enforce mode would have denied, at info
-    would_deny = [f"{v.rule}: {v.message}" for v in decision.audits if v.relaxed]
-    level = logging.INFO if outcome == "denied" or would_deny else logging.DEBUG
-    if not log.isEnabledFor(level):
-        return
-    extra: dict[str, Any] = {
-        "uid": review.uid,
-        "endpoint": endpoint,
-        "operation": review.operation,
-        "kind": review.kind,
-        "namespace": review.namespace,
-        "object_name": ((review.object or review.old_object or {}).get("metadata") or {}).get("name"),
-        "user": (review.request.get("userInfo") or {}).get("username"),
-        "dryRun": review.dry_run,
-        "decision": outcome,
-        "violations": [f"{v.rule}: {v.message}" for v in decision.violations],
-        "warnings": [f"{v.rule}: {v.message}" for v in decision.warnings],
-        "audits": [f"{v.rule}: {v.message}" for v in decision.audits],
-        "wouldDeny": would_deny,
-        "patch": decision.patch,
-    }
-    if decision.trace:
-        extra["trace"] = [
-            {"rule": t.rule, "target": t.target, "result": t.result, "reason": t.reason} for t in decision.trace
-        ]
-    log.log(level, "admission decision", extra=extra)
 
 
 class _HttpErrors(logging.Filter):
@@ -247,8 +230,11 @@ class _HttpErrors(logging.Filter):
         return True
 
 
-def _problem(status: int, message: str) -> web.Response:
-    return web.Response(status=status, body=orjson.dumps({"error": message}), content_type="application/json")
+def _problem(status: int, message: str, retry_after: bool = False) -> web.Response:
+    headers = {"Retry-After": "1"} if retry_after else None
+    return web.Response(
+        status=status, body=orjson.dumps({"error": message}), content_type="application/json", headers=headers
+    )
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -296,7 +282,7 @@ async def readyz(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    return web.Response(body=state.metrics.render(), headers={"Content-Type": state.metrics.content_type})
+    return web.Response(body=await state.metrics.render_async(), headers={"Content-Type": state.metrics.content_type})
 
 
 def build_app(state: ServerState, admission: bool = True) -> web.Application:
@@ -325,6 +311,7 @@ class Server:
         certs.load()
         self.state = ServerState(config=config, rules=rules, certs=certs, metrics=self.metrics, namespaces=namespaces)
         self._runners: list[web.AppRunner] = []
+        self._site: GuardedSite | None = None
         self.port = config.port
 
     async def start(self) -> None:
@@ -341,10 +328,21 @@ class Server:
         )
         await runner.setup()
         assert self.state.certs is not None
-        site = web.TCPSite(
-            runner, config.host, config.port, ssl_context=self.state.certs.context, reuse_port=config.reuse_port or None
+        shrink_tls_buffers()
+        site = GuardedSite(
+            runner,
+            config.host,
+            config.port,
+            ssl_context=self.state.certs.context,
+            reuse_port=config.reuse_port or None,
+            guard_limits=(config.max_connections, config.handshake_timeout),
+            metrics=self.metrics,
         )
         await site.start()
+        self._site = site
+        guard = site.guard
+        assert guard is not None
+        self.metrics.connections.set_function(lambda: float(guard.count()))
         self._runners.append(runner)
         self.port = runner.addresses[0][1]
         if config.metrics_port is not None:
@@ -361,6 +359,8 @@ class Server:
         self.state.background.append(
             asyncio.create_task(watch(self.state.rules, self.state.certs, config.reload_interval))
         )
+        self.state.background.append(asyncio.create_task(trim_periodically()))
+        settle()
         if self.state.namespaces is not None:
             self.state.namespaces.start()
             self.metrics.namespaces_synced.set_function(lambda: float(self.state.namespaces.synced))
@@ -386,9 +386,12 @@ class Server:
         for runner in self._runners:
             for site in list(runner.sites):
                 await site.stop()  # no new connections; open ones keep being served
+        deadline = time.monotonic() + self.config.shutdown_timeout
+        await self._await_accepted(min(deadline, time.monotonic() + FRESH_CONNECTION_GRACE))
         if state.in_flight:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(state.idle.wait(), self.config.shutdown_timeout)
+                await asyncio.wait_for(state.idle.wait(), max(0.0, deadline - time.monotonic()))
+        state.offload.shutdown()
         for task in state.background:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -398,6 +401,15 @@ class Server:
         if state.namespaces is not None:
             await asyncio.to_thread(state.namespaces.stop)
         log.info("stopped", extra={"unfinished": state.in_flight})
+
+    async def _await_accepted(self, until: float) -> None:
+        """Connections accepted just before the listener closed have a request on its way (their
+        client chose us a moment ago): wait for it to start, or for the connection to close,
+        before the cleanup closes every connection without a request in progress (was: ~7 of
+        them got "Server disconnected" while the log said `unfinished: 0`)."""
+        guard = self._site.guard if self._site is not None else None
+        while guard is not None and guard.unanswered() and time.monotonic() < until:
+            await asyncio.sleep(0.01)
 
     async def run(self) -> None:
         await self.start()

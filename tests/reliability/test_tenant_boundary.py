@@ -2,9 +2,48 @@
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import AsyncIterator
+from pathlib import Path
 
-from tests.support import LiveServer, cpu_pod, make_review
+import aiohttp
+import pytest
+import yaml
+
+from tests.kubestub import KubeStub
+from tests.support import LiveServer, client_ssl, cpu_pod, make_review, start_server, wait_ready
+from webhook.kube import NamespaceCache, connect
+
+TENANT = {"gpu-webhook.io/tenant": "true"}  # cpu-pods-off-gpu-nodes applies to tenant namespaces
+
+
+@pytest.fixture
+async def tenant_server(cert_dir: Path, rules_dir: Path, tmp_path: Path) -> AsyncIterator[LiveServer]:
+    """The server with the namespace watch on a cluster where team-a is a tenant namespace."""
+    stub = KubeStub().start()
+    stub.add("team-a", labels=TENANT)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "stub", "cluster": {"server": stub.url}}],
+                "users": [{"name": "webhook", "user": {"token": "t"}}],
+                "contexts": [{"name": "stub", "context": {"cluster": "stub", "user": "webhook"}}],
+                "current-context": "stub",
+            }
+        )
+    )
+    server = await start_server(cert_dir, rules_dir, namespaces=NamespaceCache(connect(str(kubeconfig))))
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ssl(cert_dir))) as session:
+            live = LiveServer(server, session)
+            await wait_ready(session, f"{live.base}/readyz")
+            yield live
+    finally:
+        await server.stop()
+        stub.stop()
+
 
 GPU_NODE_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 ATTEMPTS = {
@@ -26,8 +65,8 @@ ATTEMPTS = {
 
 
 @pytest.mark.parametrize("spec", ATTEMPTS.values(), ids=ATTEMPTS.keys())
-async def test_gpu_less_pod_cannot_land_on_gpu_nodes(live_server: LiveServer, spec: dict) -> None:
-    answer = await live_server.review("validate", make_review(cpu_pod(**spec)))
+async def test_gpu_less_pod_cannot_land_on_gpu_nodes(tenant_server: LiveServer, spec: dict) -> None:
+    answer = await tenant_server.review("validate", make_review(cpu_pod(**spec)))
     assert answer["response"]["allowed"] is False
     assert "cpu-pods-off-gpu-nodes" in answer["response"]["status"]["message"]
 

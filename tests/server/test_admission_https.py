@@ -28,6 +28,20 @@ spec:
 """
 
 
+# gpu-node-affinity ships an empty table (no GPU-node label is on every cluster); these tests
+# run as a site with the GPU Operator does, with its row (the rule file's header lists it).
+GPU_OPERATOR_ROW = '{prefix: nvidia.com/, key: nvidia.com/gpu.present, operator: In, values: ["true"]}'
+
+
+@pytest.fixture
+def rules_dir(rules_dir: Path) -> Path:
+    rule = rules_dir / "gpu-node-affinity.yaml"
+    text = rule.read_text()
+    assert "byResourcePrefix: []" in text
+    rule.write_text(text.replace("byResourcePrefix: []", f"byResourcePrefix: [{GPU_OPERATOR_ROW}]"))
+    return rules_dir
+
+
 def decode_patch(response: dict[str, Any]) -> list[dict[str, Any]]:
     assert response["response"]["patchType"] == "JSONPatch"
     return json.loads(base64.b64decode(response["response"]["patch"]))

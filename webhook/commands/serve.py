@@ -51,8 +51,18 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--rule-time-budget",
         type=float,
-        default=0.1,
-        help="seconds of rule evaluation per request; rules still to run after it error under their failurePolicy",
+        default=0.5,
+        help="CPU seconds of rule evaluation per request (the evaluating thread's own CPU time: pauses and "
+        "neighbours do not count); rules still to run after it error under their failurePolicy",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=4096,
+        help="open connections on the HTTPS port; at the limit idle ones are closed, else new ones get a 503",
+    )
+    parser.add_argument(
+        "--handshake-timeout", type=float, default=5.0, help="seconds a client has to finish its TLS handshake"
     )
     parser.add_argument("--drain-delay", type=float, default=0.0, help="seconds to keep serving after SIGTERM")
     parser.add_argument(
@@ -129,6 +139,8 @@ def run(args: argparse.Namespace) -> int:
             f"trust {cert_dir / CA_FILE} to call https://{args.host}:{args.port}",
             file=sys.stderr,
         )
+    if args.max_connections < 1 or args.handshake_timeout <= 0:
+        raise UsageError("--max-connections must be at least 1 and --handshake-timeout positive")
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
     if args.workers > 1 and args.port == 0:
@@ -143,6 +155,8 @@ def run(args: argparse.Namespace) -> int:
         shutdown_timeout=args.shutdown_timeout,
         drain_delay=args.drain_delay,
         rule_time_budget=args.rule_time_budget,
+        max_connections=args.max_connections,
+        handshake_timeout=args.handshake_timeout,
         idle_timeout=args.idle_timeout,
         client_ca=args.client_ca,
         metrics_host=args.metrics_host,

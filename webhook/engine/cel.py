@@ -40,6 +40,19 @@ VARIABLES = (
 )
 # Values computed in Python for the target being evaluated, read by the rewritten helpers.
 TARGET_VARIABLES = ("targetGpuCount", "containerGpus", "quantities", "accelerators")
+# cel-cpp's RuntimeOptions.comprehension_max_iterations, fixed by cel-expr-python (not settable from
+# Python): one evaluation of one expression may run 10,000 comprehension steps in all, nested and
+# sequential comprehensions counted together (measured: xs.all() fails at 10,000 items; two in a
+# row at 5,000 each; nested at 100 x 100). The runtime raises RuntimeError("INTERNAL: ...").
+ITERATION_BUDGET = 10_000
+ITERATION_BUDGET_ERROR = "Iteration budget exceeded"
+ITERATION_BUDGET_MESSAGE = (
+    f"CEL iteration limit reached: one expression may take at most {ITERATION_BUDGET:,} comprehension steps "
+    "in all (nested and sequential all()/exists()/map()/filter() count together), and this object has more "
+    "items than that for this expression; iterate a smaller list (e.g. one container's env, not every "
+    "container's), split the check into several expressions, or exclude such objects with match.condition "
+    "(docs/security.md, 'Evaluation limits')"
+)
 _POSITION = re.compile(r"<input>:(\d+):(\d+):")
 
 # Static cost limits (the runtime has an iteration budget but no cost limit of its own).
@@ -75,7 +88,12 @@ class CompiledExpression:
     params_bound: bool = False
 
     def evaluate(self, activation: Any) -> Any:
-        result = self.program.eval(activation)
+        try:
+            result = self.program.eval(activation)
+        except RuntimeError as error:
+            if ITERATION_BUDGET_ERROR in str(error):
+                raise CelEvaluationError(ITERATION_BUDGET_MESSAGE) from None
+            raise
         if result.type() == cel.Type.ERROR:
             raise CelEvaluationError(_clean(str(result.value())))
         return result.plain_value()

@@ -105,7 +105,10 @@ class _Run:
         self._activations: dict[tuple[str | int, ...], tuple[int, Any]] = {}
         self.limits = limits
         budget = limits.time_budget
+        # Wall clock first (cheap, vDSO): CPU time cannot exceed it, so the thread's CPU clock (a
+        # system call) is read only once the wall-clock deadline has passed.
         self.deadline = None if budget is None else time.perf_counter() + budget
+        self.cpu_start = time.thread_time() if budget is not None else 0.0
         self._largest: int | None = None  # the largest collection in the object, measured once
         self._old_run: _Run | None = None  # the same rules on oldObject, for ratcheting (UPDATE)
         self._default_class: str | None = None
@@ -408,10 +411,17 @@ class _Run:
             self._record(rule, target, f"rule {rule.name} could not be evaluated: {message}", error=True)
 
     def _check_limits(self, target: Target) -> None:
-        """Before each expression: the request's time budget and the target's size; a RuleError past either."""
-        if self.deadline is not None and time.perf_counter() > self.deadline:
+        """Before each expression: the request's CPU time budget and the target's size; a RuleError past either."""
+        if (
+            self.deadline is not None
+            and time.perf_counter() > self.deadline
+            and time.thread_time() - self.cpu_start > (self.limits.time_budget or 0)
+        ):
             budget_ms = (self.limits.time_budget or 0) * 1000
-            raise RuleError(f"time budget of {budget_ms:g} ms for this request exceeded")
+            raise RuleError(
+                f"CPU time budget of {budget_ms:g} ms for this request exceeded (--rule-time-budget; "
+                "see docs/security.md, 'Evaluation limits')"
+            )
         if self._largest is None:
             # once, on the object as sent: mutations only add a few small items
             self._largest = _largest_collection(self.working, self.limits.max_collection)
