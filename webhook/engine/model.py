@@ -362,7 +362,8 @@ class Result(StrEnum):
     ERROR = "error"  # the rule could not be evaluated; `blocks` says whether failurePolicy denied
     WARN = "warn"
     AUDIT = "audit"
-    PASS = "pass"  # matched, and validated or mutated without complaint
+    # matched, and validated or mutated without complaint (B105: a result's name, not a password)
+    PASS = "pass"  # nosec B105
     SKIP = "skip"  # did not match, or was not evaluated (`reason` says which)
 
 
