@@ -123,7 +123,8 @@ class Translator:
         )
 
     def pod_gpus(self, spec: str) -> str:
-        """max(app + sidecar containers, largest regular init container), as the scheduler counts."""
+        """max(app + sidecar containers, largest regular init container + the sidecars before it), as the
+        scheduler counts (resources.Accelerators.pod_count, without DRA claims: see policies.context_refusal)."""
         s = f"({spec})"
         sidecar = "(has(gwC.restartPolicy) && gwC.restartPolicy == 'Always')"
         count = self.container_gpus("gwC")
@@ -131,9 +132,15 @@ class Translator:
             f"(has({s}.containers) ? {s}.containers.map(gwC, {count}).sum() : 0) + "
             f"(has({s}.initContainers) ? {s}.initContainers.filter(gwC, {sidecar}).map(gwC, {count}).sum() : 0)"
         )
+        # a regular init container runs beside the sidecars started before it (names are unique:
+        # indexOf gives each container's place)
+        inits = f"{s}.initContainers"
+        before = (
+            f"{inits}.filter(gwD, has(gwD.restartPolicy) && gwD.restartPolicy == 'Always' && "
+            f"{inits}.indexOf(gwD) < {inits}.indexOf(gwC)).map(gwD, {self.container_gpus('gwD')}).sum()"
+        )
         largest_init = (
-            f"(has({s}.initContainers) ? ([0] + {s}.initContainers.filter(gwC, !{sidecar}).map(gwC, {count})).max() "
-            f": 0)"
+            f"(has({inits}) ? ([0] + {inits}.filter(gwC, !{sidecar}).map(gwC, {count} + {before})).max() : 0)"
         )
         return f"({s} == null ? 0 : [{running}, {largest_init}].max())"
 

@@ -16,9 +16,11 @@ The mapping (docs/native.md has the user's view):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.engine.cel import CompiledExpression
 from webhook.engine.model import LabelSelector, Rule
 from webhook.engine.resources import Accelerators
 from webhook.engine.workloads import WORKLOADS
@@ -34,6 +36,14 @@ LABELS = {"app.kubernetes.io/managed-by": "gpu-webhook"}
 RULE_LABEL = "gpu-webhook.io/rule"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 NATIVE_OPERATIONS = frozenset({"CREATE", "UPDATE"})
+# cluster context the engine reads from its caches (AdmissionInput.priority_classes,
+# resource_claims): a native policy has no such data (params are constants, no lookups)
+CONTEXT_VARIABLES = ("priorityClasses", "defaultPriorityClass", "deviceClaims")
+# what counts accelerators: the engine adds the devices of the pod's DRA claims, resolved against
+# the namespace's ResourceClaims / ResourceClaimTemplates (resources.py), and takes an unresolved
+# claim for an accelerator; the apiserver's CEL sees only the object, so it cannot count the same
+GPU_COUNTING = ("targetGpuCount", "containerGpus")
+_GPU_HELPERS = re.compile(r"\b(gpuCount|containerGpuCount|targetGpuCount)\b")
 
 
 @dataclass(slots=True)
@@ -45,10 +55,46 @@ class NativeRule:
     validating: dict[str, Any] | None = None  # the ValidatingAdmissionPolicy
     mutating: dict[str, Any] | None = None  # the MutatingAdmissionPolicy
     action: str = "Deny"
+    note: str | None = None  # how the export is narrower than the rule (then the webhook keeps it too)
 
     @property
     def kinds(self) -> list[str]:
         return [o["kind"] for o in self.objects if not o["kind"].endswith("Binding")]
+
+
+def ratchets(rule: Rule) -> bool:
+    """The engine ratchets this rule on UPDATE (evaluate.py _ratchets): Deny and spec.ratcheting."""
+    return rule.ratcheting and str(rule.action) == "Deny"
+
+
+def _texts(rule: Rule) -> list[str]:
+    """Every CEL text of the rule, as its author wrote it."""
+    found = [rule.match.condition] if rule.match.condition is not None else []
+    if rule.validate is not None:
+        found += [rule.validate.expression, rule.validate.message_expression]
+    for mutation in rule.mutations:
+        found.append(getattr(mutation, "expression", None))
+        found += [e for _, e in getattr(mutation, "expressions", ())]
+    return [e.text for e in found if isinstance(e, CompiledExpression)]
+
+
+def context_refusal(rule: Rule) -> str | None:
+    """Why the rule needs data a native policy cannot have, or None."""
+    context = sorted(set(CONTEXT_VARIABLES) & rule.references)
+    if context:
+        return (
+            f"reads {', '.join(context)}: cluster context the webhook reads from its caches; "
+            "an admission policy sees only the object, its namespace and the request"
+        )
+    if rule.match.gpu is not None or set(GPU_COUNTING) & rule.references or any(
+        _GPU_HELPERS.search(text) for text in _texts(rule)
+    ):
+        what = f"gpu: {str(rule.match.gpu).lower()}" if rule.match.gpu is not None else "a GPU count"
+        return (
+            f"{what} counts the devices of the pod's DRA claims (ResourceClaims, templates) and takes an "
+            "unresolved claim for an accelerator; the apiserver's CEL cannot read claims"
+        )
+    return None
 
 
 def policy_name(rule: str) -> str:
@@ -70,11 +116,15 @@ def expand_kinds(rule: Rule) -> list[KindTarget]:
     return out
 
 
-def match_constraints(rule: Rule, kinds: list[KindTarget]) -> dict[str, Any]:
-    operations = sorted(rule.match.operations)
+def match_constraints(rule: Rule, kinds: list[KindTarget], operations: set[str] | None = None) -> dict[str, Any]:
+    operations = sorted(rule.match.operations if operations is None else operations)
     by_group: dict[str, list[str]] = {}
     for entry in kinds:
         by_group.setdefault(entry.group, []).append(entry.plural)
+        if entry.kind == "Pod" and not entry.templates and "UPDATE" in operations:
+            # the engine evaluates pods/ephemeralcontainers UPDATEs (kubectl debug) with the Pod as
+            # object (evaluate.py EVALUATED_SUBRESOURCES); a resourceRule names a subresource apart
+            by_group[entry.group].append(f"{entry.plural}/ephemeralcontainers")
     constraints: dict[str, Any] = {
         "resourceRules": [
             {"apiGroups": [group], "apiVersions": ["*"], "operations": operations, "resources": sorted(plurals)}
@@ -141,13 +191,31 @@ class RuleExporter:
             raise NotNative("validates, and --target map exports mutation only")
         if rule.mutations and self.release.map_version() is None:
             raise NotNative(f"mutates, and Kubernetes {self.release} has no MutatingAdmissionPolicy (1.32+)")
+        refusal = context_refusal(rule)
+        if refusal is not None:
+            raise NotNative(refusal)
+        operations = set(rule.match.operations)
+        note = None
+        if rule.validate is not None and ratchets(rule) and "UPDATE" in operations:
+            if rule.mutations:
+                raise NotNative(
+                    "a Deny rule that ratchets on UPDATE (spec.ratcheting) and mutates: "
+                    "its policies cannot be narrowed to CREATE apart"
+                )
+            operations.discard("UPDATE")
+            note = (
+                "CREATE only: on UPDATE the engine ratchets (denies only messages the old object did not give), "
+                "which the policy does not model; the webhook keeps the rule"
+            )
+            if not operations:
+                raise NotNative(note)
         kinds = expand_kinds(rule)
         if rule.match.object_selector is not None and any(k.templates for k in kinds):
             raise NotNative("objectSelector on pod templates: the engine reads the template's labels, a policy cannot")
         match = self._match(rule)
-        native = NativeRule(rule=rule.name, action=str(rule.action))
+        native = NativeRule(rule=rule.name, action=str(rule.action), note=note)
         name = policy_name(rule.name)
-        constraints = match_constraints(rule, kinds)
+        constraints = match_constraints(rule, kinds, operations)
         metadata: dict[str, Any] = {"name": name, "labels": {**LABELS, RULE_LABEL: rule.name}}
         if rule.description:
             metadata["annotations"] = {"gpu-webhook.io/description": rule.description}
