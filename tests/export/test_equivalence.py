@@ -23,7 +23,7 @@ from tests.export.equivalence import (
     wrapped_cases,
 )
 from tests.reliability.test_properties import pod_specs, workload
-from tests.support import RULES, gpu_pod
+from tests.support import gpu_pod
 from webhook.engine import AdmissionInput, RuleSet, load_rules
 from webhook.export import Export, export
 

@@ -86,8 +86,10 @@ def context_refusal(rule: Rule) -> str | None:
             f"reads {', '.join(context)}: cluster context the webhook reads from its caches; "
             "an admission policy sees only the object, its namespace and the request"
         )
-    if rule.match.gpu is not None or set(GPU_COUNTING) & rule.references or any(
-        _GPU_HELPERS.search(text) for text in _texts(rule)
+    if (
+        rule.match.gpu is not None
+        or set(GPU_COUNTING) & rule.references
+        or any(_GPU_HELPERS.search(text) for text in _texts(rule))
     ):
         what = f"gpu: {str(rule.match.gpu).lower()}" if rule.match.gpu is not None else "a GPU count"
         return (

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from webhook.engine.workloads import BY_KIND, WORKLOADS
+from webhook.engine.workloads import BY_KIND
 
 from .nativecel import NotNative, Translator, string_literal
 
