@@ -27,6 +27,8 @@ def test_each_rule_runs_in_exactly_one_place(tmp_path: Path) -> None:
     documents = [d for key, text in kept.items() for d in load_documents(text, key)]
     webhook_rules = {r.name for r in compile_documents(documents).require().rules}
     assert webhook_rules & exported == set()
+    # a rule exported for CREATE only (ratcheting on UPDATE) stays in the webhook as well
+    assert "no-privileged-in-tenants" in webhook_rules
     assert webhook_rules | exported == {r.name for r in ruleset.rules} | {"keep-me", "dup-native"}
     assert kept["two.yaml"] != data["two.yaml"] and "keep-me" in kept["two.yaml"]
     untouched = [k for k, text in kept.items() if k != "two.yaml"]
