@@ -44,7 +44,11 @@ def _names(rules: Path) -> set[str]:
 def test_writes_policies_and_names_every_rule_left_out(tmp_path: Path, rules: Path) -> None:
     out = tmp_path / "native.yaml"
     done = subprocess.run(
-        [*CLI, "export", "--rules", str(rules), "-o", str(out)], capture_output=True, text=True, timeout=120, check=False
+        [*CLI, "export", "--rules", str(rules), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     documents = [d for d in yaml.safe_load_all(out.read_text()) if d]
@@ -61,7 +65,7 @@ def test_writes_policies_and_names_every_rule_left_out(tmp_path: Path, rules: Pa
     assert "&id" not in out.read_text()  # plain YAML, no anchors
     # a Deny rule that ratchets on UPDATE is exported for CREATE only, and says so
     assert "no-privileged-in-tenants: exported CREATE only" in done.stderr
-    assert "gpu-toleration: not exported: gpu: true counts the devices of the pod's DRA claims" in done.stderr
+    assert "gpu-toleration: not exported: gpu: true depends on the pod's DRA claims" in done.stderr
     assert "priority-class-allowed: not exported: reads defaultPriorityClass" in done.stderr
 
 

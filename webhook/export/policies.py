@@ -91,10 +91,14 @@ def context_refusal(rule: Rule) -> str | None:
         or set(GPU_COUNTING) & rule.references
         or any(_GPU_HELPERS.search(text) for text in _texts(rule))
     ):
-        what = f"gpu: {str(rule.match.gpu).lower()}" if rule.match.gpu is not None else "a GPU count"
+        what = (
+            f"gpu: {str(rule.match.gpu).lower()} depends on"
+            if rule.match.gpu is not None
+            else "its accelerator count (targetGpuCount, gpuCount, containerGpuCount) includes"
+        )
         return (
-            f"{what} counts the devices of the pod's DRA claims (ResourceClaims, templates) and takes an "
-            "unresolved claim for an accelerator; the apiserver's CEL cannot read claims"
+            f"{what} the pod's DRA claims (devices of ResourceClaims and templates; an unresolved claim is an "
+            "accelerator), which the apiserver's CEL cannot read"
         )
     return None
 
