@@ -7,6 +7,7 @@ is named with its reason. A failure prints each differing (case, rule) pair.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from tests.export.equivalence import (
     wrapped_cases,
 )
 from tests.reliability.test_properties import pod_specs, workload
-from tests.support import gpu_pod
+from tests.support import cpu_pod, gpu_pod
 from webhook.engine import AdmissionInput, RuleSet, load_rules
 from webhook.export import Export, export
 
@@ -100,6 +101,33 @@ def test_without_ratcheting_updates_and_kubectl_debug_are_exported_and_agree(
     acting = {c.rule for c in compared if c.engine[0] != "pass"}
     assert acting & {c.rule for c in compared if "kubectl debug" in c.case and c.engine[0] == "deny"}
     print(f"\nwithout ratcheting: {len(updates)} UPDATE cases, {len(compared)} comparisons, acting: {sorted(acting)}")
+
+
+def test_ratcheting_is_exported_over_the_old_object(ruleset: RuleSet, exported: Export, server: Apiserver) -> None:
+    """A privileged tenant pod that already ran: an UPDATE that keeps it passes in both; kubectl
+    debug with a privileged ephemeral container is denied in both, for the new container only."""
+    namespace = {"metadata": {"name": "team-a", "labels": {"gpu-webhook.io/tenant": "true"}}}
+    old = cpu_pod(name="job")  # its container is called web
+    old["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    relabelled = copy.deepcopy(old)
+    relabelled["metadata"]["labels"] = {"touched": "yes"}
+    debugged = copy.deepcopy(old)
+    debugged["spec"]["ephemeralContainers"] = [
+        {"name": "debugger", "image": "busybox", "securityContext": {"privileged": True}}
+    ]
+    results = {}
+    for name, new, sub in (("relabel", relabelled, ""), ("debug", debugged, "ephemeralcontainers")):
+        admission = AdmissionInput.offline(
+            new, operation="UPDATE", old_object=old, namespace="team-a", namespace_object=namespace, sub_resource=sub
+        )
+        [comparison] = [
+            c for c in compare(ruleset, exported, server, name, admission) if c.rule == "no-privileged-in-tenants"
+        ]
+        assert comparison.same, str(comparison)
+        results[name] = comparison.native
+    assert results["relabel"][0] == "pass"
+    assert results["debug"][0] == "deny" and "debugger" in results["debug"][1]
+    assert "web" not in results["debug"][1]  # the privileged container that already ran is ratcheted
 
 
 def test_mutating_policies_are_idempotent_on_reinvocation(

@@ -28,7 +28,7 @@ from webhook.engine.workloads import WORKLOADS
 from .celenv import CompileError, NativeEnvironment
 from .cost import PER_CALL_LIMIT, POLICY_BUDGET, estimate
 from .mutations import needs_pod_spec_paths, patches
-from .nativecel import LOOP, NotNative, Translator, native_literal, references, string_literal
+from .nativecel import LOOP, NotNative, Translator, _replace_identifier, native_literal, references, string_literal
 from .targets import MULTI_TEMPLATE, KindTarget, api_of, targets_expression
 from .versions import GROUP, Release
 
@@ -101,6 +101,39 @@ def context_refusal(rule: Rule) -> str | None:
             "accelerator), which the apiserver's CEL cannot read"
         )
     return None
+
+
+def modelled_ratcheting(rule: Rule) -> bool:
+    """Whether the policy can ratchet as the engine does: a rule whose expression gives its list of
+    messages, which does not read oldObject (null when the engine evaluates the old object), under
+    failurePolicy Fail (the engine takes an old object it cannot evaluate for one without messages;
+    the policy errs there, and Fail denies as the engine does), without objectSelector."""
+    validation = rule.validate
+    return (
+        validation is not None
+        and validation.expression.result_type.startswith("LIST")
+        and "oldObject" not in rule.references
+        and rule.failure_policy == "Fail"
+        and rule.match.object_selector is None
+    )
+
+
+def _old_messages(value: str, match: str) -> str:
+    """Per target of the old object: its description and the messages the rule gives it (none when it
+    does not match), computed once per admission (a policy variable)."""
+    on_old = _replace_identifier(_replace_identifier(value, LOOP, "gwU"), "object", "oldObject")
+    match_old = _replace_identifier(_replace_identifier(match, LOOP, "gwU"), "object", "oldObject") if match else ""
+    given = f"({match_old}) ? ({on_old}) : []" if match_old else f"({on_old})"
+    return f"variables.oldTargets.map(gwU, {{'description': dyn(gwU.description), 'messages': dyn({given})}})"
+
+
+def _fresh_messages(value: str) -> str:
+    """The target's messages that the old object's target of the same description did not give
+    (evaluate.py _old_messages; descriptions name a target uniquely, as names are unique)."""
+    return (
+        f"({value}).filter(gwN, !variables.oldMessages.exists(gwO, "
+        f"gwO.description == {LOOP}.description && gwN in gwO.messages))"
+    )
 
 
 def policy_name(rule: str) -> str:
@@ -202,7 +235,8 @@ class RuleExporter:
             raise NotNative(refusal)
         operations = set(rule.match.operations)
         note = None
-        if rule.validate is not None and ratchets(rule) and "UPDATE" in operations:
+        ratchet = rule.validate is not None and ratchets(rule) and "UPDATE" in operations
+        if ratchet and not modelled_ratcheting(rule):
             if rule.mutations:
                 raise NotNative(
                     "a Deny rule that ratchets on UPDATE (spec.ratcheting) and mutates: "
@@ -238,7 +272,7 @@ class RuleExporter:
                 },
             ]
         if rule.validate is not None:
-            native.validating = self._validating(rule, kinds, match, constraints, metadata)
+            native.validating = self._validating(rule, kinds, match, constraints, metadata, ratchet and note is None)
             native.objects += [
                 native.validating,
                 {
@@ -260,7 +294,9 @@ class RuleExporter:
             parts.append(f"({condition})" if rule.match.condition.result_type == "BOOL" else f"(({condition}) == true)")
         return " && ".join(parts)
 
-    def _variables(self, rule: Rule, expressions: list[str], kinds: list[KindTarget], with_paths: bool) -> list:
+    def _variables(
+        self, rule: Rule, expressions: list[str], kinds: list[KindTarget], with_paths: bool, old: str | None = None
+    ) -> list:
         fields = set().union(*(references(e) for e in expressions))
         if "containers" in fields and any(not k.templates and k.kind in MULTI_TEMPLATE for k in kinds):
             raise NotNative("reads `containers` of a whole multi-template object; the apiserver's CEL cannot flatten")
@@ -269,10 +305,20 @@ class RuleExporter:
             variables.append({"name": "params", "expression": native_literal(dict(rule.params))})
         targets = targets_expression(kinds, fields, self.translator, with_paths)
         variables.append({"name": "targets", "expression": targets})
+        if old is not None:  # the same targets of the old object (UPDATE) and their messages, for ratcheting
+            on_old = _replace_identifier(targets, "object", "oldObject")
+            variables.append({"name": "oldTargets", "expression": f"oldObject == null ? [] : {on_old}"})
+            variables.append({"name": "oldMessages", "expression": old})
         return variables
 
     def _validating(
-        self, rule: Rule, kinds: list[KindTarget], match: str, constraints: dict[str, Any], metadata: dict[str, Any]
+        self,
+        rule: Rule,
+        kinds: list[KindTarget],
+        match: str,
+        constraints: dict[str, Any],
+        metadata: dict[str, Any],
+        ratchet: bool = False,
     ) -> dict[str, Any]:
         validation = rule.validate
         assert validation is not None
@@ -290,6 +336,9 @@ class RuleExporter:
             ok, single = f"({value})", on_false
             if validation.message_expression is None and validation.message:
                 single, message = None, validation.message  # a static message needs no CEL
+        elif result.startswith("LIST") and ratchet:
+            fresh = _fresh_messages(value)
+            ok, single = f"size({fresh}) == 0", f"({fresh}).join('; ')"
         elif result.startswith("LIST"):
             ok, single = f"size({value}) == 0", f"({value}).join('; ')"
         else:  # DYN: a bool or a list of messages, known only when it runs
@@ -307,7 +356,8 @@ class RuleExporter:
         if message is not None:
             entry["message"] = message
         expressions = [entry["expression"], entry.get("messageExpression", "")]
-        variables = self._variables(rule, expressions, kinds, with_paths=False)
+        old = _old_messages(value, match) if ratchet else None
+        variables = self._variables(rule, [*expressions, *([old] if old else [])], kinds, with_paths=False, old=old)
         cost = self._check([v["expression"] for v in variables] + [e for e in expressions if e])
         spec: dict[str, Any] = {
             "failurePolicy": rule.failure_policy,
