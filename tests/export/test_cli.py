@@ -64,7 +64,7 @@ def test_writes_policies_and_names_every_rule_left_out(tmp_path: Path, rules: Pa
     assert exported | refused == _names(rules) and not exported & refused  # none dropped silently
     assert "&id" not in out.read_text()  # plain YAML, no anchors
     # a Deny rule whose ratcheting on UPDATE is not modelled is exported for CREATE only, and says so
-    assert "memory-limit-required: exported CREATE only" in done.stderr
+    assert "cpu-limit-required: exported CREATE only" in done.stderr
     assert "no-privileged-in-tenants: exported" not in done.stderr  # its ratcheting is modelled
     assert "gpu-toleration: not exported: gpu: true depends on the pod's DRA claims" in done.stderr
     assert "priority-class-allowed: not exported: reads defaultPriorityClass" in done.stderr

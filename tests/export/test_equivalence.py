@@ -105,7 +105,8 @@ def test_without_ratcheting_updates_and_kubectl_debug_are_exported_and_agree(
 
 def test_ratcheting_is_exported_over_the_old_object(ruleset: RuleSet, exported: Export, server: Apiserver) -> None:
     """A privileged tenant pod that already ran: an UPDATE that keeps it passes in both; kubectl
-    debug with a privileged ephemeral container is denied in both, for the new container only."""
+    debug with a privileged ephemeral container is denied in both, for the new container only.
+    The same for a bool rule (memory-limit-required, test-only): what the old pod already failed passes."""
     namespace = {"metadata": {"name": "team-a", "labels": {"gpu-webhook.io/tenant": "true"}}}
     old = cpu_pod(name="job")  # its container is called web
     old["spec"]["containers"][0]["securityContext"] = {"privileged": True}
@@ -120,11 +121,11 @@ def test_ratcheting_is_exported_over_the_old_object(ruleset: RuleSet, exported: 
         admission = AdmissionInput.offline(
             new, operation="UPDATE", old_object=old, namespace="team-a", namespace_object=namespace, sub_resource=sub
         )
-        [comparison] = [
-            c for c in compare(ruleset, exported, server, name, admission) if c.rule == "no-privileged-in-tenants"
-        ]
-        assert comparison.same, str(comparison)
-        results[name] = comparison.native
+        found = {c.rule: c for c in compare(ruleset, exported, server, name, admission)}
+        assert all(c.same for c in found.values()), [str(c) for c in found.values() if not c.same]
+        results[name] = found["no-privileged-in-tenants"].native
+        # a bool rule with a static message: no container has a memory limit, before or after
+        assert found["memory-limit-required"].native[0] == "pass"
     assert results["relabel"][0] == "pass"
     assert results["debug"][0] == "deny" and "debugger" in results["debug"][1]
     assert "web" not in results["debug"][1]  # the privileged container that already ran is ratcheted

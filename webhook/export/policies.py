@@ -105,13 +105,17 @@ def context_refusal(rule: Rule) -> str | None:
 
 def modelled_ratcheting(rule: Rule) -> bool:
     """Whether the policy can ratchet as the engine does: a rule whose expression gives its list of
-    messages, which does not read oldObject (null when the engine evaluates the old object), under
+    messages, or a bool with a static or default message, which does not read oldObject (null when the engine evaluates the old object), under
     failurePolicy Fail (the engine takes an old object it cannot evaluate for one without messages;
     the policy errs there, and Fail denies as the engine does), without objectSelector."""
     validation = rule.validate
     return (
         validation is not None
-        and validation.expression.result_type.startswith("LIST")
+        and (
+            validation.expression.result_type.startswith("LIST")
+            # a bool rule's message must be the same for both objects: static, or the default one
+            or (validation.expression.result_type == "BOOL" and validation.message_expression is None)
+        )
         and "oldObject" not in rule.references
         and rule.failure_policy == "Fail"
         and rule.match.object_selector is None
@@ -125,6 +129,14 @@ def _old_messages(value: str, match: str) -> str:
     match_old = _replace_identifier(_replace_identifier(match, LOOP, "gwU"), "object", "oldObject") if match else ""
     given = f"({match_old}) ? ({on_old}) : []" if match_old else f"({on_old})"
     return f"variables.oldTargets.map(gwU, {{'description': dyn(gwU.description), 'messages': dyn({given})}})"
+
+
+def _old_failing(value: str, match: str) -> str:
+    """Descriptions of the old object's targets that a bool rule fails (each gave the same message)."""
+    on_old = _replace_identifier(_replace_identifier(value, LOOP, "gwU"), "object", "oldObject")
+    match_old = _replace_identifier(_replace_identifier(match, LOOP, "gwU"), "object", "oldObject") if match else ""
+    failing = f"({match_old}) && !({on_old})" if match_old else f"!({on_old})"
+    return f"variables.oldTargets.filter(gwU, {failing}).map(gwU, gwU.description)"
 
 
 def _fresh_messages(value: str) -> str:
@@ -295,7 +307,12 @@ class RuleExporter:
         return " && ".join(parts)
 
     def _variables(
-        self, rule: Rule, expressions: list[str], kinds: list[KindTarget], with_paths: bool, old: str | None = None
+        self,
+        rule: Rule,
+        expressions: list[str],
+        kinds: list[KindTarget],
+        with_paths: bool,
+        old: tuple[str, str] | None = None,
     ) -> list:
         fields = set().union(*(references(e) for e in expressions))
         if "containers" in fields and any(not k.templates and k.kind in MULTI_TEMPLATE for k in kinds):
@@ -308,7 +325,7 @@ class RuleExporter:
         if old is not None:  # the same targets of the old object (UPDATE) and their messages, for ratcheting
             on_old = _replace_identifier(targets, "object", "oldObject")
             variables.append({"name": "oldTargets", "expression": f"oldObject == null ? [] : {on_old}"})
-            variables.append({"name": "oldMessages", "expression": old})
+            variables.append({"name": old[0], "expression": old[1]})
         return variables
 
     def _validating(
@@ -334,6 +351,8 @@ class RuleExporter:
         message = None
         if result == "BOOL":
             ok, single = f"({value})", on_false
+            if ratchet:  # one message per failing target, the same on the old target of that description
+                ok = f"({value} || variables.oldFailing.exists(gwO, gwO == {LOOP}.description))"
             if validation.message_expression is None and validation.message:
                 single, message = None, validation.message  # a static message needs no CEL
         elif result.startswith("LIST") and ratchet:
@@ -356,8 +375,15 @@ class RuleExporter:
         if message is not None:
             entry["message"] = message
         expressions = [entry["expression"], entry.get("messageExpression", "")]
-        old = _old_messages(value, match) if ratchet else None
-        variables = self._variables(rule, [*expressions, *([old] if old else [])], kinds, with_paths=False, old=old)
+        old = None
+        if ratchet:
+            old = (
+                ("oldMessages", _old_messages(value, match))
+                if result.startswith("LIST")
+                else ("oldFailing", _old_failing(value, match))
+            )
+        needs = [*expressions, *([old[1]] if old else [])]
+        variables = self._variables(rule, needs, kinds, with_paths=False, old=old)
         cost = self._check([v["expression"] for v in variables] + [e for e in expressions if e])
         spec: dict[str, Any] = {
             "failurePolicy": rule.failure_policy,
