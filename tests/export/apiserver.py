@@ -2,7 +2,8 @@
 
 Written from the apiserver's behaviour as documented and as its sources show it
 (k8s.io/apiserver/pkg/admission/plugin/policy/{validating,mutating}):
-- a policy applies when a resourceRule names the request's group, resource and operation,
+- a policy applies when a resourceRule names the request's group, resource (with its
+  subresource: pods/ephemeralcontainers) and operation,
   the namespaceSelector matches the namespace's labels (every namespace carries
   kubernetes.io/metadata.name), and the objectSelector matches the object or the old object;
 - MutatingAdmissionPolicy: mutations run in order, each on the object the previous one left;
@@ -59,8 +60,10 @@ class Apiserver:
         except ValueError:
             return False
         group = api_group(subject)
-        if admission.sub_resource or not any(
-            group in rule["apiGroups"] and plural in rule["resources"] and admission.operation in rule["operations"]
+        # a resourceRule names a subresource as resource/subresource (pods/ephemeralcontainers)
+        resource = f"{plural}/{admission.sub_resource}" if admission.sub_resource else plural
+        if not any(
+            group in rule["apiGroups"] and resource in rule["resources"] and admission.operation in rule["operations"]
             for rule in constraints["resourceRules"]
         ):
             return False

@@ -12,19 +12,29 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from tests.export.apiserver import Apiserver, NativeOutcome
 from tests.support import RULES
 from webhook.authoring import suite
-from webhook.engine import AdmissionInput, Phase, Result, RuleSet, evaluate
+from webhook.engine import AdmissionInput, Phase, Result, RuleSet, evaluate, load_rules
 from webhook.engine.model import Limits
 from webhook.export import Export
 from webhook.export.policies import NativeRule
 
 NAME_LABEL = "kubernetes.io/metadata.name"
+# test-only rules with native-friendly mutations: every mutating rule of the pack counts
+# accelerators (refused), so these keep the MutatingAdmissionPolicy path under test
+EXTRA_RULES = Path(__file__).parent / "rules"
+
+
+def pack_with_extras(rules: Path = RULES) -> RuleSet:
+    """The rule pack plus EXTRA_RULES, under the pack's configuration."""
+    pack = load_rules(rules).require()
+    extra = load_rules(EXTRA_RULES).require()
+    return RuleSet.build([*pack.rules, *extra.rules], pack.env)
 
 
 @dataclass(slots=True)
@@ -52,15 +62,10 @@ def as_apiserver_sends(admission: AdmissionInput) -> AdmissionInput:
         metadata = ns.setdefault("metadata", {})
         metadata.setdefault("name", namespace)
         metadata.setdefault("labels", {})[NAME_LABEL] = namespace
-    return AdmissionInput(
-        object=_decoded(admission.object),
-        old_object=_decoded(admission.old_object),
-        operation=admission.operation,
-        namespace=namespace,
-        namespace_object=ns,
-        request=admission.request,
-        kind=admission.kind,
-        sub_resource=admission.sub_resource,
+    # everything else (request, sub_resource, the cluster context of a case's clusterObjects) as
+    # the engine gets it: the policies cannot read the context, the rules that need it are refused
+    return replace(
+        admission, object=_decoded(admission.object), old_object=_decoded(admission.old_object), namespace_object=ns
     )
 
 
@@ -105,9 +110,17 @@ def compare(
 ) -> Iterator[Comparison]:
     admission = as_apiserver_sends(admission)
     for native in exported.rules:
+        if not covers(native, admission):
+            continue
         engine = engine_view(ruleset, native.rule, admission)
         outcome = server.admit(native, admission)
         yield Comparison(name, native.rule, engine, native_view(outcome))
+
+
+def covers(native: NativeRule, admission: AdmissionInput) -> bool:
+    """Whether the export claims the rule's decision here: a rule exported for CREATE only (its
+    note says so; the webhook keeps it) is not compared on UPDATE, and nothing else is skipped."""
+    return native.note is None or admission.operation != "UPDATE"
 
 
 def idempotent(native: NativeRule, server: Apiserver, admission: AdmissionInput) -> bool:
@@ -186,14 +199,49 @@ def wrapped_cases(cases: list[tuple[str, AdmissionInput]]) -> Iterator[tuple[str
         old = admission.old_object if isinstance(admission.old_object, dict) else None
         for kind in WRAPPED_KINDS:
             obj = wrap(pod, kind)
-            yield (
-                f"{name} [as {kind}]",
-                AdmissionInput.offline(
-                    obj,
-                    operation=admission.operation,
-                    old_object=wrap(old, kind) if old is not None and old.get("kind") == "Pod" else None,
-                    namespace=admission.namespace,
-                    namespace_object=admission.namespace_object,
-                    user_info=admission.request.get("userInfo"),
-                ),
+            wrapped = AdmissionInput.offline(
+                obj,
+                operation=admission.operation,
+                old_object=wrap(old, kind) if old is not None and old.get("kind") == "Pod" else None,
+                namespace=admission.namespace,
+                namespace_object=admission.namespace_object,
+                user_info=admission.request.get("userInfo"),
             )
+            yield f"{name} [as {kind}]", _with_context(wrapped, admission)
+
+
+def _with_context(admission: AdmissionInput, source: AdmissionInput) -> AdmissionInput:
+    """The cluster context (clusterObjects) of the case a generated input came from."""
+    return replace(
+        admission,
+        priority_classes=source.priority_classes,
+        resource_claims=source.resource_claims,
+        resource_claim_templates=source.resource_claim_templates,
+    )
+
+
+def debug_cases(cases: list[tuple[str, AdmissionInput]]) -> Iterator[tuple[str, AdmissionInput]]:
+    """`kubectl debug` on each Pod of the cases: an UPDATE of pods/ephemeralcontainers whose
+    object is the Pod with one more ephemeral container, a copy of its first container (the
+    engine evaluates these, evaluate.py EVALUATED_SUBRESOURCES; so do the exported policies)."""
+    for name, admission in cases:
+        pod = admission.object
+        if not isinstance(pod, dict) or pod.get("kind") != "Pod" or admission.operation != "CREATE":
+            continue
+        containers = (pod.get("spec") or {}).get("containers")
+        if not isinstance(containers, list) or not containers or not isinstance(containers[0], dict):
+            continue
+        debugger = {k: v for k, v in copy.deepcopy(containers[0]).items() if k not in ("resources", "ports")}
+        debugger["name"] = "debugger"
+        new = copy.deepcopy(pod)
+        new["spec"].setdefault("ephemeralContainers", []).append(debugger)
+        debug = AdmissionInput.offline(
+            new,
+            operation="UPDATE",
+            old_object=pod,
+            namespace=admission.namespace,
+            namespace_object=admission.namespace_object,
+            user_info=admission.request.get("userInfo"),
+            sub_resource="ephemeralcontainers",
+        )
+        yield f"{name} [kubectl debug]", _with_context(debug, admission)

@@ -1,4 +1,8 @@
-"""`gpu-webhook export` as a user runs it: a YAML file of policies, and one stderr line per rule left out."""
+"""`gpu-webhook export` as a user runs it: a YAML file of policies, and one stderr line per rule left out.
+
+One run goes through a real process (the installed entry point's module); the others call the
+same `main()` in-process, which keeps this file fast on a loaded machine.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +11,45 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
+from tests.export.equivalence import EXTRA_RULES
 from tests.support import RULES
+from webhook.cli import main
 
 CLI = [sys.executable, "-m", "webhook.cli"]
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, "export", *args], capture_output=True, text=True, timeout=120, check=False)
+@pytest.fixture(scope="module")
+def rules(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The pack plus the test-only mutating rules (every mutating rule of the pack is refused)."""
+    out = tmp_path_factory.mktemp("rules")
+    shutil.copytree(RULES, out, ignore=shutil.ignore_patterns("tests"), dirs_exist_ok=True)
+    for path in EXTRA_RULES.glob("*.yaml"):
+        shutil.copy(path, out / path.name)
+    return out
 
 
-def test_writes_policies_and_names_every_rule_left_out(tmp_path: Path) -> None:
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["export", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _names(rules: Path) -> set[str]:
+    return {yaml.safe_load(p.read_text())["metadata"]["name"] for p in rules.glob("*.yaml")}
+
+
+def test_writes_policies_and_names_every_rule_left_out(tmp_path: Path, rules: Path) -> None:
     out = tmp_path / "native.yaml"
-    done = run("--rules", str(RULES), "-o", str(out))
+    done = subprocess.run(
+        [*CLI, "export", "--rules", str(rules), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     documents = [d for d in yaml.safe_load_all(out.read_text()) if d]
     kinds = {d["kind"] for d in documents}
@@ -32,50 +61,61 @@ def test_writes_policies_and_names_every_rule_left_out(tmp_path: Path) -> None:
     }
     exported = {d["metadata"]["labels"]["gpu-webhook.io/rule"] for d in documents}
     refused = {line.split(": ")[1] for line in done.stderr.splitlines() if "not exported" in line}
-    rule_names = {yaml.safe_load(p.read_text())["metadata"]["name"] for p in RULES.glob("*.yaml")}
-    assert exported | refused == rule_names and not exported & refused  # none dropped silently
+    assert exported | refused == _names(rules) and not exported & refused  # none dropped silently
     assert "&id" not in out.read_text()  # plain YAML, no anchors
+    # a Deny rule whose ratcheting on UPDATE is not modelled is exported for CREATE only, and says so
+    assert "cpu-limit-required: exported CREATE only" in done.stderr
+    assert "no-privileged-in-tenants: exported" not in done.stderr  # its ratcheting is modelled
+    assert "gpu-toleration: not exported: gpu: true depends on the pod's DRA claims" in done.stderr
+    assert "priority-class-allowed: not exported: reads defaultPriorityClass" in done.stderr
 
 
-def test_target_vap_names_the_mutating_rules(tmp_path: Path) -> None:
-    done = run("--rules", str(RULES), "--target", "vap")
-    assert done.returncode == 0
-    assert "gpu-toleration: not exported: mutates, and --target vap exports validation only" in done.stderr
-    assert {d["kind"] for d in yaml.safe_load_all(done.stdout) if d} == {
+def test_target_vap_names_the_mutating_rules(capsys: pytest.CaptureFixture[str], rules: Path) -> None:
+    code, out, err = run(capsys, "--rules", str(rules), "--target", "vap")
+    assert code == 0
+    assert "tenant-placement: not exported: mutates, and --target vap exports validation only" in err
+    assert {d["kind"] for d in yaml.safe_load_all(out) if d} == {
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
     }
 
 
-def test_old_release_keeps_mutations_in_the_webhook() -> None:
-    done = run("--rules", str(RULES), "--kubernetes-version", "1.31")
-    assert done.returncode == 0
-    assert "no MutatingAdmissionPolicy (1.32+)" in done.stderr
-    beta = run("--rules", str(RULES), "--kubernetes-version", "1.34")
-    assert "feature gate" in beta.stderr and "admissionregistration.k8s.io/v1beta1" in beta.stdout
+def test_old_release_keeps_mutations_in_the_webhook(capsys: pytest.CaptureFixture[str], rules: Path) -> None:
+    code, _, err = run(capsys, "--rules", str(rules), "--kubernetes-version", "1.31")
+    assert code == 0
+    assert "no MutatingAdmissionPolicy (1.32+)" in err
+    _, out, err = run(capsys, "--rules", str(rules), "--kubernetes-version", "1.34")
+    assert "feature gate" in err and "admissionregistration.k8s.io/v1beta1" in out
 
 
-def test_usage_errors_exit_2_without_a_traceback(tmp_path: Path) -> None:
+def test_usage_errors_exit_2_without_a_traceback(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     for args in (["--kubernetes-version", "one"], ["--kubernetes-version", "1.29"], ["--rules", str(tmp_path / "x")]):
-        done = run(*args)
-        assert done.returncode == 2, args
-        assert "Traceback" not in done.stderr and done.stderr.startswith("gpu-webhook:")
+        code, _, err = run(capsys, *args)
+        assert code == 2, args
+        assert "Traceback" not in err and err.startswith("gpu-webhook:")
 
 
-def test_a_rule_the_apiserver_cannot_run_is_refused_with_its_reason(tmp_path: Path) -> None:
-    rules = tmp_path / "rules"
-    shutil.copytree(RULES, rules, ignore=shutil.ignore_patterns("tests"))
-    (rules / "any-kind.yaml").write_text(
+def test_a_rule_the_apiserver_cannot_run_is_refused_with_its_reason(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "any-kind.yaml").write_text(
         "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: any-kind}\n"
         "spec:\n  match: {kinds: ['*']}\n  validate: {expression: 'true'}\n"
     )
-    done = run("--rules", str(rules))
-    assert "any-kind: not exported: matches every kind" in done.stderr
+    (tmp_path / "by-vendor.yaml").write_text(
+        "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: by-vendor}\n"
+        "spec:\n  match: {kinds: [Pod], operations: [CREATE]}\n  mutate:\n"
+        "    - addToleration: {byResourcePrefix: [{prefix: amd.com/, key: amd.com/gpu, operator: Exists}]}\n"
+    )
+    _, _, err = run(capsys, "--rules", str(tmp_path))
+    assert "any-kind: not exported: matches every kind" in err
+    assert "by-vendor: not exported: mutation addToleration: byResourcePrefix" in err
 
 
-def test_table_lists_every_rule_as_docs_native_shows_it() -> None:
-    done = run("--rules", str(RULES), "--table")
-    assert done.returncode == 0
-    rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and not line.startswith("| rule")]
-    rule_names = {yaml.safe_load(p.read_text())["metadata"]["name"] for p in RULES.glob("*.yaml")}
-    assert {row.split(" | ")[0][2:] for row in rows} == rule_names
+def test_table_lists_every_rule_as_docs_native_shows_it(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--rules", str(RULES), "--table")
+    assert code == 0
+    rows = [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| rule")]
+    assert {row.split(" | ")[0][2:] for row in rows} == _names(RULES)
+    docs = (RULES.parent / "docs" / "native.md").read_text()
+    assert out in docs, "docs/native.md's table is stale: regenerate it with `gpu-webhook export --table`"

@@ -5,14 +5,14 @@ from __future__ import annotations
 import kubernetes_validate
 import pytest
 
-from tests.support import RULES
-from webhook.engine import RuleSet, load_rules
+from tests.export.equivalence import pack_with_extras
+from webhook.engine import RuleSet
 from webhook.export import Release, export
 
 
 @pytest.fixture(scope="module")
 def ruleset() -> RuleSet:
-    return load_rules(RULES).require()
+    return pack_with_extras()
 
 
 @pytest.mark.parametrize("version", ["1.30", "1.32", "1.34", "1.36", "1.37"])

@@ -50,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot write {args.output}: {error}") from None
     else:
         sys.stdout.write(text)
+    for rule in result.rules:
+        if rule.note:
+            print(f"gpu-webhook export: {rule.rule}: exported {rule.note}", file=sys.stderr)
     for refusal in result.refused:
         print(f"gpu-webhook export: {refusal}", file=sys.stderr)
     if result.release.map_note() and any(rule.mutating for rule in result.rules):

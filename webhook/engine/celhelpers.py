@@ -26,7 +26,7 @@ quantity string that appears nowhere in the pod's resources) still call into Pyt
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from .quantity import QuantityError, parse_quantity
 
@@ -42,8 +42,13 @@ class RewriteError(ValueError):
     pass
 
 
-def rewrite(text: str) -> str:
-    """The same expression with every helper call replaced by its plain-CEL form."""
+def rewrite(text: str, replacements: Mapping[str, Callable[[list[str], str], str]] | None = None) -> str:
+    """The same expression with every helper call replaced by its plain-CEL form.
+
+    `replacements` (helper name -> function of (arguments, original call text)) replaces the
+    engine's table: webhook/export rewrites the same calls into the apiserver's CEL.
+    """
+    table = _REPLACEMENTS if replacements is None else replacements
     out: list[str] = []
     position = 0
     while True:
@@ -54,8 +59,26 @@ def rewrite(text: str) -> str:
         start, name, open_paren = found
         args, end = _arguments(text, open_paren)
         out.append(text[position:start])
-        out.append(_REPLACEMENTS[name]([rewrite(arg) for arg in args], text[start:end]))
+        out.append(table[name]([rewrite(arg, replacements) for arg in args], text[start:end]))
         position = end
+
+
+def call_arguments(text: str, open_paren: int) -> tuple[list[str], int]:
+    """The arguments of the call whose '(' is at open_paren, and the index after its ')'."""
+    return _arguments(text, open_paren)
+
+
+def string_literal_end(text: str, index: int) -> int | None:
+    """The index after the CEL string literal that starts at index, or None when none starts there."""
+    string = _STRING_START.match(text, index)
+    if string is None or (index > 0 and (text[index - 1].isalnum() or text[index - 1] == "_")):
+        return None
+    return _skip_string(text, string.end(), string.group(1))
+
+
+def literal_quantity(arg: str) -> str | None:
+    """The text of a simple literal argument ('16Gi', "1", 4), or None when it is an expression."""
+    return _literal_quantity(arg)
 
 
 def _next_call(text: str, position: int) -> tuple[int, str, int] | None:

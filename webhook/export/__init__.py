@@ -3,6 +3,7 @@
 result = export(ruleset, target="all", release=Release.parse("1.36"))
 result.objects      # policies and bindings, ready to apply
 result.refused      # (rule, why) for every rule that stays with the webhook
+result.rules[i].note  # set when the export is narrower than the rule (CREATE only): the webhook keeps it too
 exported_rule_names(ruleset)   # what `manifests --native` leaves out of the webhook's rules
 """
 
@@ -63,8 +64,11 @@ def export(ruleset: RuleSet, target: str = "all", release: Release | None = None
 
 
 def exported_rule_names(ruleset: RuleSet, target: str = "all", release: Release | None = None) -> list[str]:
-    """Rules that run natively: `manifests --native` leaves these out of the webhook's ConfigMap."""
-    return export(ruleset, target, release).exported
+    """Rules that run natively in full: `manifests --native` leaves these out of the webhook's ConfigMap.
+
+    A rule exported narrower than it is (NativeRule.note: CREATE only) stays in the webhook too.
+    """
+    return [rule.rule for rule in export(ruleset, target, release).rules if rule.note is None]
 
 
 __all__ = ["TARGETS", "Export", "NativeRule", "Refusal", "Release", "export", "exported_rule_names"]

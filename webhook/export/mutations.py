@@ -21,6 +21,8 @@ from typing import Any
 from jsonpointer import escape
 
 from webhook.engine.mutate import (
+    _DNS_SUBDOMAIN,
+    LABEL_VALUE,
     AddToleration,
     Mutation,
     RequireNodeAffinity,
@@ -75,6 +77,17 @@ def set_patch(root: str, path: str, parts: Sequence[str], value: str) -> str:
     return expression
 
 
+def _checked(value: str, valid: str, patch: str) -> str:
+    """The patch when `valid` holds, else an evaluation error (failurePolicy decides), as the engine
+    raises MutationError for a value it cannot write (engine/mutate.py); the apiserver would reject the
+    patched object anyway, whatever the failurePolicy."""
+    return f"({valid}) ? {patch} : dyn(int('not a valid label value: ' + {value}))"
+
+
+def _label_value(value: str) -> str:
+    return f"size({value}) <= 63 && {value}.matches({string_literal(LABEL_VALUE.pattern)})"
+
+
 def patches(mutation: Mutation, translator: Translator, targets: str, match: str) -> list[str]:
     """The MAP JSONPatch expressions for one engine mutation, in order."""
     guard = f"({match}) ? " if match else ""
@@ -83,6 +96,10 @@ def patches(mutation: Mutation, translator: Translator, targets: str, match: str
         condition = f"{guard}({needed}) : false" if match else needed
         return f"{targets}.filter(gwT, {condition}).map(gwT, {patch})"
 
+    if isinstance(mutation, AddToleration | RequireNodeAffinity) and mutation.table:
+        raise NotNative(
+            f"mutation {mutation_name(mutation)}: byResourcePrefix (a table by the pod's resource names) is not modelled"
+        )
     if isinstance(mutation, AddToleration):
         return [_add_toleration(mutation, each)]
     if isinstance(mutation, RequireNodeAffinity):
@@ -90,9 +107,9 @@ def patches(mutation: Mutation, translator: Translator, targets: str, match: str
     if isinstance(mutation, SetMetadata):
         return _set_metadata(mutation, translator, each)
     if isinstance(mutation, SetPodField):
-        return [_set_pod_field(mutation, translator, each)]
+        return _set_pod_field(mutation, translator, each)
     if isinstance(mutation, SetQueueName):
-        return [_set_queue_name(mutation, translator, each)]
+        return _set_queue_name(mutation, translator, each)
     raise NotNative(
         f"mutation {mutation_name(mutation)}: needs several patch operations per pod template, "
         "which a MutatingAdmissionPolicy JSONPatch expression cannot build (no flatten in the apiserver's CEL)"
@@ -189,30 +206,37 @@ def _set_metadata(mutation: SetMetadata, translator: Translator, each: Any) -> l
         )
         needed = f"{present} && !{stays}"
         patch = f"{set_patch(root, 'gwT.path', ('metadata', field, key), value)}[0]"
+        if field == "labels":
+            patch = _checked(value, _label_value(value), patch)
         out.append(each(needed, patch))
     return out
 
 
-def _set_pod_field(mutation: SetPodField, translator: Translator, each: Any) -> str:
+def _set_pod_field(mutation: SetPodField, translator: Translator, each: Any) -> list[str]:
     value, present = _value(mutation.value, mutation.expression, translator)
     spec = "gwT.spec"
     field = mutation.field
     keep = f"has({spec}.{field}) && ({spec}.{field} == {value}"
     keep += ")" if mutation.override else f" || ({spec}.{field} != null && {spec}.{field} != ''))"
     needed = f"{spec} != null && {present} && !({keep})"
-    patch = json_patch("add", f"gwT.path + '/spec/{field}'", value)
-    sets = each(needed, patch)
+    sets = each(needed, json_patch("add", f"gwT.path + '/spec/{field}'", value))
     if field != "priorityClassName":
-        return sets
-    # the Priority plugin resolved spec.priority for the old class; it recomputes it only if it is removed
-    removes = each(
-        f"{needed} && gwT.path == '' && object.kind == 'Pod' && has({spec}.priority)",
-        json_patch("remove", "gwT.path + '/spec/priority'"),
-    )
-    return f"{sets} + {removes}"
+        return [sets]
+    # the Priority plugin resolved spec.priority and spec.preemptionPolicy for the old class; it
+    # recomputes them only if they are removed (engine/mutate.py SetPodField). Separate entries (one
+    # expression of three target lists nests past the CEL parser's depth), the removals first: they
+    # leave `needed` true, the set does not; the object comes out as the engine leaves it.
+    removes = [
+        each(
+            f"{needed} && gwT.path == '' && object.kind == 'Pod' && has({spec}.{name})",
+            json_patch("remove", f"gwT.path + '/spec/{name}'"),
+        )
+        for name in ("priority", "preemptionPolicy")
+    ]
+    return [*removes, sets]
 
 
-def _set_queue_name(mutation: SetQueueName, translator: Translator, each: Any) -> str:
+def _set_queue_name(mutation: SetQueueName, translator: Translator, each: Any) -> list[str]:
     value, present = _value(mutation.value, mutation.expression, translator)
     root = "gwT.root"
     labelled = (
@@ -220,14 +244,19 @@ def _set_queue_name(mutation: SetQueueName, translator: Translator, each: Any) -
         f" && {root}.metadata.labels[{string_literal(QUEUE_LABEL)}] != ''"
     )
     needed = f"request.operation == 'CREATE' && !({labelled}) && {present}"
-    label = each(needed, f"{set_patch(root, 'gwT.path', ('metadata', 'labels', QUEUE_LABEL), value)}[0]")
+    # a LocalQueue name is a DNS-1123 subdomain; the label holds at most 63 characters (engine/mutate.py)
+    valid = f"size({value}) <= 63 && {value}.matches({string_literal(_DNS_SUBDOMAIN.pattern)})"
+    label = each(
+        needed, _checked(value, valid, f"{set_patch(root, 'gwT.path', ('metadata', 'labels', QUEUE_LABEL), value)}[0]")
+    )
     # Kueue's own webhook may already have run: a batch/v1 Job must start suspended (so Kueue admits it first)
-    suspend = each(
-        f"{needed} && has({root}.kind) && {root}.kind == 'Job' && has({root}.apiVersion) && "
+    suspend = each(  # not when the label cannot be written: the engine stops there
+        f"{needed} && ({valid}) && has({root}.kind) && {root}.kind == 'Job' && has({root}.apiVersion) && "
         f"{root}.apiVersion == 'batch/v1' && !(has({root}.spec.suspend) && {root}.spec.suspend == true)",
         f"{set_patch(root, 'gwT.path', ('spec', 'suspend'), 'true')}[0]",
     )
-    return f"{label} + {suspend}"
+    # separate entries, suspend first: the label makes `needed` false; the object comes out the same
+    return [suspend, label]
 
 
 def needs_pod_spec_paths(mutations: Sequence[Mutation]) -> bool:

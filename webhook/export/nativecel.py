@@ -123,7 +123,8 @@ class Translator:
         )
 
     def pod_gpus(self, spec: str) -> str:
-        """max(app + sidecar containers, largest regular init container), as the scheduler counts."""
+        """max(app + sidecar containers, largest regular init container + the sidecars before it), as the
+        scheduler counts (resources.Accelerators.pod_count, without DRA claims: see policies.context_refusal)."""
         s = f"({spec})"
         sidecar = "(has(gwC.restartPolicy) && gwC.restartPolicy == 'Always')"
         count = self.container_gpus("gwC")
@@ -131,9 +132,15 @@ class Translator:
             f"(has({s}.containers) ? {s}.containers.map(gwC, {count}).sum() : 0) + "
             f"(has({s}.initContainers) ? {s}.initContainers.filter(gwC, {sidecar}).map(gwC, {count}).sum() : 0)"
         )
+        # a regular init container runs beside the sidecars started before it (names are unique:
+        # indexOf gives each container's place)
+        inits = f"{s}.initContainers"
+        before = (
+            f"{inits}.filter(gwD, has(gwD.restartPolicy) && gwD.restartPolicy == 'Always' && "
+            f"{inits}.indexOf(gwD) < {inits}.indexOf(gwC)).map(gwD, {self.container_gpus('gwD')}).sum()"
+        )
         largest_init = (
-            f"(has({s}.initContainers) ? ([0] + {s}.initContainers.filter(gwC, !{sidecar}).map(gwC, {count})).max() "
-            f": 0)"
+            f"(has({inits}) ? ([0] + {inits}.filter(gwC, !{sidecar}).map(gwC, {count} + {before})).max() : 0)"
         )
         return f"({s} == null ? 0 : [{running}, {largest_init}].max())"
 
@@ -157,7 +164,7 @@ class Translator:
 
     def _quantity(self, args: list[str], original: str) -> str:
         arg = _one(args, original)
-        literal = celhelpers._literal_quantity(arg)
+        literal = celhelpers.literal_quantity(arg)
         if literal is not None:
             try:
                 return repr(float(parse_quantity(literal)))  # folded, as the engine does
@@ -185,7 +192,7 @@ def inline_bindings(text: str) -> str:
         if found is None:
             return text
         try:
-            args, end = celhelpers._arguments(text, found.end() - 1)
+            args, end = celhelpers.call_arguments(text, found.end() - 1)
         except celhelpers.RewriteError as error:
             raise NotNative(f"cannot parse cel.bind: {error}") from None
         if len(args) != 3 or not _IDENTIFIER.fullmatch(args[0].strip()):
@@ -215,34 +222,22 @@ def _one(args: list[str], original: str) -> str:
 
 
 def _rewrite(text: str, replacements: Mapping[str, Callable[[list[str], str], str]]) -> str:
-    """celhelpers.rewrite's walk, with this module's replacement table."""
-    out: list[str] = []
-    position = 0
-    while True:
-        found = celhelpers._next_call(text, position)
-        if found is None:
-            out.append(text[position:])
-            return "".join(out)
-        start, name, open_paren = found
-        args, end = celhelpers._arguments(text, open_paren)
-        out.append(text[position:start])
-        out.append(replacements[name]([_rewrite(arg, replacements) for arg in args], text[start:end]))
-        position = end
+    """celhelpers.rewrite's walk (the engine's parser), with this module's replacement table."""
+    return celhelpers.rewrite(text, replacements)
 
 
 def _blank_strings(text: str) -> str:
-    """The text with string literals' contents blanked, positions kept."""
+    """The text with string literals' contents blanked, positions kept (found by the engine's parser)."""
     out = list(text)
     index = 0
     while index < len(text):
-        match = celhelpers._STRING_START.match(text, index)
-        if match and (index == 0 or not (text[index - 1].isalnum() or text[index - 1] == "_")):
-            end = celhelpers._skip_string(text, match.end(), match.group(1))
-            for i in range(match.end(), max(match.end(), end - len(match.group(1)))):
-                out[i] = " "
-            index = end
+        end = celhelpers.string_literal_end(text, index) if text[index] in "'\"rRbB" else None
+        if end is None:
+            index += 1
             continue
-        index += 1
+        for i in range(index + 1, max(index + 1, end - 1)):
+            out[i] = " "
+        index = end
     return "".join(out)
 
 

@@ -16,9 +16,11 @@ The mapping (docs/native.md has the user's view):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.engine.cel import CompiledExpression
 from webhook.engine.model import LabelSelector, Rule
 from webhook.engine.resources import Accelerators
 from webhook.engine.workloads import WORKLOADS
@@ -26,7 +28,7 @@ from webhook.engine.workloads import WORKLOADS
 from .celenv import CompileError, NativeEnvironment
 from .cost import PER_CALL_LIMIT, POLICY_BUDGET, estimate
 from .mutations import needs_pod_spec_paths, patches
-from .nativecel import LOOP, NotNative, Translator, native_literal, references, string_literal
+from .nativecel import LOOP, NotNative, Translator, _replace_identifier, native_literal, references, string_literal
 from .targets import MULTI_TEMPLATE, KindTarget, api_of, targets_expression
 from .versions import GROUP, Release
 
@@ -34,6 +36,14 @@ LABELS = {"app.kubernetes.io/managed-by": "gpu-webhook"}
 RULE_LABEL = "gpu-webhook.io/rule"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 NATIVE_OPERATIONS = frozenset({"CREATE", "UPDATE"})
+# cluster context the engine reads from its caches (AdmissionInput.priority_classes,
+# resource_claims): a native policy has no such data (params are constants, no lookups)
+CONTEXT_VARIABLES = ("priorityClasses", "defaultPriorityClass", "deviceClaims")
+# what counts accelerators: the engine adds the devices of the pod's DRA claims, resolved against
+# the namespace's ResourceClaims / ResourceClaimTemplates (resources.py), and takes an unresolved
+# claim for an accelerator; the apiserver's CEL sees only the object, so it cannot count the same
+GPU_COUNTING = ("targetGpuCount", "containerGpus")
+_GPU_HELPERS = re.compile(r"\b(gpuCount|containerGpuCount|targetGpuCount)\b")
 
 
 @dataclass(slots=True)
@@ -45,10 +55,97 @@ class NativeRule:
     validating: dict[str, Any] | None = None  # the ValidatingAdmissionPolicy
     mutating: dict[str, Any] | None = None  # the MutatingAdmissionPolicy
     action: str = "Deny"
+    note: str | None = None  # how the export is narrower than the rule (then the webhook keeps it too)
 
     @property
     def kinds(self) -> list[str]:
         return [o["kind"] for o in self.objects if not o["kind"].endswith("Binding")]
+
+
+def ratchets(rule: Rule) -> bool:
+    """The engine ratchets this rule on UPDATE (evaluate.py _ratchets): Deny and spec.ratcheting."""
+    return rule.ratcheting and str(rule.action) == "Deny"
+
+
+def _texts(rule: Rule) -> list[str]:
+    """Every CEL text of the rule, as its author wrote it."""
+    found = [rule.match.condition] if rule.match.condition is not None else []
+    if rule.validate is not None:
+        found += [rule.validate.expression, rule.validate.message_expression]
+    for mutation in rule.mutations:
+        found.append(getattr(mutation, "expression", None))
+        found += [e for _, e in getattr(mutation, "expressions", ())]
+    return [e.text for e in found if isinstance(e, CompiledExpression)]
+
+
+def context_refusal(rule: Rule) -> str | None:
+    """Why the rule needs data a native policy cannot have, or None."""
+    context = sorted(set(CONTEXT_VARIABLES) & rule.references)
+    if context:
+        return (
+            f"reads {', '.join(context)}: cluster context the webhook reads from its caches; "
+            "an admission policy sees only the object, its namespace and the request"
+        )
+    if (
+        rule.match.gpu is not None
+        or set(GPU_COUNTING) & rule.references
+        or any(_GPU_HELPERS.search(text) for text in _texts(rule))
+    ):
+        what = (
+            f"gpu: {str(rule.match.gpu).lower()} depends on"
+            if rule.match.gpu is not None
+            else "its accelerator count (targetGpuCount, gpuCount, containerGpuCount) includes"
+        )
+        return (
+            f"{what} the pod's DRA claims (devices of ResourceClaims and templates; an unresolved claim is an "
+            "accelerator), which the apiserver's CEL cannot read"
+        )
+    return None
+
+
+def modelled_ratcheting(rule: Rule) -> bool:
+    """Whether the policy can ratchet as the engine does: a rule whose expression gives its list of
+    messages, or a bool with a static or default message, which does not read oldObject (null when the engine evaluates the old object), under
+    failurePolicy Fail (the engine takes an old object it cannot evaluate for one without messages;
+    the policy errs there, and Fail denies as the engine does), without objectSelector."""
+    validation = rule.validate
+    return (
+        validation is not None
+        and (
+            validation.expression.result_type.startswith("LIST")
+            # a bool rule's message must be the same for both objects: static, or the default one
+            or (validation.expression.result_type == "BOOL" and validation.message_expression is None)
+        )
+        and "oldObject" not in rule.references
+        and rule.failure_policy == "Fail"
+        and rule.match.object_selector is None
+    )
+
+
+def _old_messages(value: str, match: str) -> str:
+    """Per target of the old object: its description and the messages the rule gives it (none when it
+    does not match), computed once per admission (a policy variable)."""
+    on_old = _replace_identifier(_replace_identifier(value, LOOP, "gwU"), "object", "oldObject")
+    match_old = _replace_identifier(_replace_identifier(match, LOOP, "gwU"), "object", "oldObject") if match else ""
+    given = f"({match_old}) ? ({on_old}) : []" if match_old else f"({on_old})"
+    return f"variables.oldTargets.map(gwU, {{'description': dyn(gwU.description), 'messages': dyn({given})}})"
+
+
+def _old_failing(value: str, match: str) -> str:
+    """Descriptions of the old object's targets that a bool rule fails (each gave the same message)."""
+    on_old = _replace_identifier(_replace_identifier(value, LOOP, "gwU"), "object", "oldObject")
+    match_old = _replace_identifier(_replace_identifier(match, LOOP, "gwU"), "object", "oldObject") if match else ""
+    failing = f"({match_old}) && !({on_old})" if match_old else f"!({on_old})"
+    return f"variables.oldTargets.filter(gwU, {failing}).map(gwU, gwU.description)"
+
+
+def _fresh_messages(value: str) -> str:
+    """The target's messages that the old object's target of the same description did not give
+    (evaluate.py _old_messages; descriptions name a target uniquely, as names are unique)."""
+    return (
+        f"({value}).filter(gwN, !variables.oldMessages.exists(gwO, "
+        f"gwO.description == {LOOP}.description && gwN in gwO.messages))"
+    )
 
 
 def policy_name(rule: str) -> str:
@@ -70,11 +167,15 @@ def expand_kinds(rule: Rule) -> list[KindTarget]:
     return out
 
 
-def match_constraints(rule: Rule, kinds: list[KindTarget]) -> dict[str, Any]:
-    operations = sorted(rule.match.operations)
+def match_constraints(rule: Rule, kinds: list[KindTarget], operations: set[str] | None = None) -> dict[str, Any]:
+    operations = sorted(rule.match.operations if operations is None else operations)
     by_group: dict[str, list[str]] = {}
     for entry in kinds:
         by_group.setdefault(entry.group, []).append(entry.plural)
+        if entry.kind == "Pod" and not entry.templates and "UPDATE" in operations:
+            # the engine evaluates pods/ephemeralcontainers UPDATEs (kubectl debug) with the Pod as
+            # object (evaluate.py EVALUATED_SUBRESOURCES); a resourceRule names a subresource apart
+            by_group[entry.group].append(f"{entry.plural}/ephemeralcontainers")
     constraints: dict[str, Any] = {
         "resourceRules": [
             {"apiGroups": [group], "apiVersions": ["*"], "operations": operations, "resources": sorted(plurals)}
@@ -141,13 +242,32 @@ class RuleExporter:
             raise NotNative("validates, and --target map exports mutation only")
         if rule.mutations and self.release.map_version() is None:
             raise NotNative(f"mutates, and Kubernetes {self.release} has no MutatingAdmissionPolicy (1.32+)")
+        refusal = context_refusal(rule)
+        if refusal is not None:
+            raise NotNative(refusal)
+        operations = set(rule.match.operations)
+        note = None
+        ratchet = rule.validate is not None and ratchets(rule) and "UPDATE" in operations
+        if ratchet and not modelled_ratcheting(rule):
+            if rule.mutations:
+                raise NotNative(
+                    "a Deny rule that ratchets on UPDATE (spec.ratcheting) and mutates: "
+                    "its policies cannot be narrowed to CREATE apart"
+                )
+            operations.discard("UPDATE")
+            note = (
+                "CREATE only: on UPDATE the engine ratchets (denies only messages the old object did not give), "
+                "which the policy does not model; the webhook keeps the rule"
+            )
+            if not operations:
+                raise NotNative(note)
         kinds = expand_kinds(rule)
         if rule.match.object_selector is not None and any(k.templates for k in kinds):
             raise NotNative("objectSelector on pod templates: the engine reads the template's labels, a policy cannot")
         match = self._match(rule)
-        native = NativeRule(rule=rule.name, action=str(rule.action))
+        native = NativeRule(rule=rule.name, action=str(rule.action), note=note)
         name = policy_name(rule.name)
-        constraints = match_constraints(rule, kinds)
+        constraints = match_constraints(rule, kinds, operations)
         metadata: dict[str, Any] = {"name": name, "labels": {**LABELS, RULE_LABEL: rule.name}}
         if rule.description:
             metadata["annotations"] = {"gpu-webhook.io/description": rule.description}
@@ -164,7 +284,7 @@ class RuleExporter:
                 },
             ]
         if rule.validate is not None:
-            native.validating = self._validating(rule, kinds, match, constraints, metadata)
+            native.validating = self._validating(rule, kinds, match, constraints, metadata, ratchet and note is None)
             native.objects += [
                 native.validating,
                 {
@@ -186,7 +306,14 @@ class RuleExporter:
             parts.append(f"({condition})" if rule.match.condition.result_type == "BOOL" else f"(({condition}) == true)")
         return " && ".join(parts)
 
-    def _variables(self, rule: Rule, expressions: list[str], kinds: list[KindTarget], with_paths: bool) -> list:
+    def _variables(
+        self,
+        rule: Rule,
+        expressions: list[str],
+        kinds: list[KindTarget],
+        with_paths: bool,
+        old: tuple[str, str] | None = None,
+    ) -> list:
         fields = set().union(*(references(e) for e in expressions))
         if "containers" in fields and any(not k.templates and k.kind in MULTI_TEMPLATE for k in kinds):
             raise NotNative("reads `containers` of a whole multi-template object; the apiserver's CEL cannot flatten")
@@ -195,10 +322,20 @@ class RuleExporter:
             variables.append({"name": "params", "expression": native_literal(dict(rule.params))})
         targets = targets_expression(kinds, fields, self.translator, with_paths)
         variables.append({"name": "targets", "expression": targets})
+        if old is not None:  # the same targets of the old object (UPDATE) and their messages, for ratcheting
+            on_old = _replace_identifier(targets, "object", "oldObject")
+            variables.append({"name": "oldTargets", "expression": f"oldObject == null ? [] : {on_old}"})
+            variables.append({"name": old[0], "expression": old[1]})
         return variables
 
     def _validating(
-        self, rule: Rule, kinds: list[KindTarget], match: str, constraints: dict[str, Any], metadata: dict[str, Any]
+        self,
+        rule: Rule,
+        kinds: list[KindTarget],
+        match: str,
+        constraints: dict[str, Any],
+        metadata: dict[str, Any],
+        ratchet: bool = False,
     ) -> dict[str, Any]:
         validation = rule.validate
         assert validation is not None
@@ -214,8 +351,13 @@ class RuleExporter:
         message = None
         if result == "BOOL":
             ok, single = f"({value})", on_false
+            if ratchet:  # one message per failing target, the same on the old target of that description
+                ok = f"({value} || variables.oldFailing.exists(gwO, gwO == {LOOP}.description))"
             if validation.message_expression is None and validation.message:
                 single, message = None, validation.message  # a static message needs no CEL
+        elif result.startswith("LIST") and ratchet:
+            fresh = _fresh_messages(value)
+            ok, single = f"size({fresh}) == 0", f"({fresh}).join('; ')"
         elif result.startswith("LIST"):
             ok, single = f"size({value}) == 0", f"({value}).join('; ')"
         else:  # DYN: a bool or a list of messages, known only when it runs
@@ -233,7 +375,15 @@ class RuleExporter:
         if message is not None:
             entry["message"] = message
         expressions = [entry["expression"], entry.get("messageExpression", "")]
-        variables = self._variables(rule, expressions, kinds, with_paths=False)
+        old = None
+        if ratchet:
+            old = (
+                ("oldMessages", _old_messages(value, match))
+                if result.startswith("LIST")
+                else ("oldFailing", _old_failing(value, match))
+            )
+        needs = [*expressions, *([old[1]] if old else [])]
+        variables = self._variables(rule, needs, kinds, with_paths=False, old=old)
         cost = self._check([v["expression"] for v in variables] + [e for e in expressions if e])
         spec: dict[str, Any] = {
             "failurePolicy": rule.failure_policy,

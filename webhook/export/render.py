@@ -23,6 +23,7 @@ def render(result: Export) -> str:
         + (f", MutatingAdmissionPolicy {result.release.map_version()}" if result.release.map_version() else ""),
         f"# Exported: {', '.join(result.exported) or 'none'}",
     ]
+    header += [f"# Narrower than the rule: {rule.rule}: {rule.note}" for rule in result.rules if rule.note]
     header += [f"# Kept by the webhook: {refusal.rule}: {refusal.reason}" for refusal in result.refused]
     body = yaml.dump_all(
         result.objects, Dumper=_NoAliases, sort_keys=False, default_flow_style=False, width=100, allow_unicode=True
@@ -48,5 +49,6 @@ def table(result: Export) -> str:
         if native.validating is not None and native.mutating is not None:
             action = f"mutate, {native.action}"
         costs = " / ".join(f"{int(o['metadata']['annotations'][COST_ANNOTATION]):,}" for o in policies)
-        rows.append(f"| {name} | yes | {kinds} | {action} | {costs} |")
+        note = f"; {native.note}" if native.note else ""
+        rows.append(f"| {name} | yes | {kinds} | {action} | {costs}{note} |")
     return "\n".join(rows) + "\n"

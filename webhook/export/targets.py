@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from webhook.engine.workloads import KINDS
+from webhook.engine.workloads import BY_KIND
 
 from .nativecel import NotNative, Translator, string_literal
 
@@ -34,14 +34,11 @@ class KindTarget:
     templates: bool  # one target per pod template (autogen), else the object itself
 
 
-KINDS_BY_NAME = {entry.kind: entry for entry in KINDS}
-
-
 def api_of(kind: str) -> tuple[str, str]:
     """(API group, plural resource) of a kind the engine knows; NotNative otherwise."""
-    entry = KINDS_BY_NAME.get(kind)
+    entry = BY_KIND.get(kind)
     if entry is None:
-        raise NotNative(f"kind {kind}: not a Pod or a workload kind of engine/workloads.py")
+        raise NotNative(f"kind {kind}: not in the engine's kind table (engine/workloads.py KINDS)")
     return entry.group, entry.plural
 
 
@@ -172,7 +169,9 @@ def _enriched(fields: set[str], translator: Translator, with_paths: bool) -> str
         out.append(
             "'containers': dyn(size(gwX.specs) != 1 || gwX.specs[0] == null ? [] : "
             "(has(gwX.specs[0].initContainers) ? gwX.specs[0].initContainers : []) + "
-            "(has(gwX.specs[0].containers) ? gwX.specs[0].containers : []))"
+            "(has(gwX.specs[0].containers) ? gwX.specs[0].containers : []) + "
+            # as the engine's `containers` (evaluate.py _containers): ephemeral containers run on the node too
+            "(has(gwX.specs[0].ephemeralContainers) ? gwX.specs[0].ephemeralContainers : []))"
         )
     if "gpus" in fields:
         out.append(f"'gpus': dyn(gwX.specs.map(gwS, {translator.pod_gpus('gwS')}).sum())")
