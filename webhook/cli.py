@@ -33,7 +33,7 @@ def version() -> str:
         return "unknown"
 
 
-class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
+class _Commands(argparse._SubParsersAction):
     """Every sub-command gets the shared formatter, and its one-line help as its description."""
 
     def add_parser(self, name: str, **kwargs: object) -> argparse.ArgumentParser:
