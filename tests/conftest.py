@@ -34,3 +34,64 @@ async def live_server(cert_dir: Path, rules_dir: Path) -> AsyncIterator[LiveServ
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ssl(cert_dir))) as session:
         yield LiveServer(server, session)
     await server.stop()
+
+
+# The inner loop is `pytest -m "not slow"` (seconds); plain `pytest`, .ci/run and the README run
+# everything. Slow, by what makes it slow: a node id (or its file) -> the reason. A test marked
+# `attack` is slow too. Keep this table, not marks scattered in files, the one place to look.
+SLOW: dict[str, str] = {
+    # subprocesses: a fresh interpreter importing the package, or a server process
+    "tests/authoring/test_doc_commands.py": "runs every command block of the docs as a subprocess",
+    "tests/authoring/test_user_errors.py": "runs the CLI as a subprocess, as a user would",
+    "tests/authoring/test_suites.py::test_console_script": "subprocess",
+    "tests/authoring/test_cli.py::test_version": "subprocess",
+    "tests/audit/test_context_and_errors.py::test_concatenated_examples_are_fourteen_objects": "subprocess",
+    "tests/export/test_cli.py": "runs `gpu-webhook export` as a subprocess",
+    "tests/deploy/test_installed_wheel.py": "builds a wheel and installs it into a new virtualenv",
+    "tests/kube/test_cluster_context.py::test_serve_without_namespaces_says_which_rules_cannot_act": "subprocess",
+    "tests/server/test_namespace_context.py::test_serve_watches_namespaces_when_given_a_kubeconfig": "subprocess",
+    "tests/server/test_reload_and_shutdown.py::test_sigterm_finishes_in_flight_requests": "server process",
+    "tests/server/test_workers.py": "server processes with --workers 2",
+    # kubectl
+    "tests/deploy/test_render.py::test_builtin_renderer_matches_kubectl_kustomize": "kubectl",
+    "tests/deploy/test_render.py::test_components_render_the_same_through_kubectl": "kubectl",
+    # Chromium
+    "tests/audit/test_html_browser.py": "renders the report in headless Chromium",
+    # load, soak and hostile clients against a live TLS server; property tests with many examples
+    "tests/reliability/test_tenant_proof.py": "a server under attack: pauses, floods, large bodies",
+    "tests/reliability/test_faults.py": "reloads, certificate swaps and SIGTERM under load",
+    "tests/reliability/test_fuzz.py": "hostile bodies and clients, many examples",
+    "tests/reliability/test_properties.py": "property tests through every door (hypothesis)",
+    "tests/reliability/test_regressions.py": "misbehaving TLS connections, each against its own server",
+    "tests/reliability/test_tls_access.py": "TLS handshakes of every protocol version and client certificate",
+    "tests/reliability/test_tenant_boundary.py": "a live server per case",
+    "tests/deploy/test_certificate_rotation.py": "certificate swaps under load",
+    "tests/server/test_bad_input.py": "a live server per malformed request (25 cases), slow senders",
+    "tests/export/test_equivalence.py::test_generated_workloads_get_the_same_decisions": "hypothesis, thousands of evaluations",
+    "tests/engine/test_cel_helpers.py::test_evaluating_the_pack_does_not_grow_memory": "a memory soak",
+    # a live TLS server per test: each start loads and compiles the whole pack (~0.35 s of CPU)
+    "tests/server/test_admission_https.py": "a live server per test",
+    "tests/server/test_audit_mode.py": "a live server per test",
+    "tests/server/test_reload_and_shutdown.py": "a live server per test, waiting for reloads",
+    "tests/server/test_namespace_context.py": "a live server and a stand-in API server per test",
+    "tests/kube/test_cluster_context.py": "a live server and a stand-in API server per test",
+    "tests/deploy/test_install_safety.py::test_the_rendered_enforce_install_fails_closed": "a live server",
+    # the whole pack, loaded (or exported, or run through its suites) once per case
+    "tests/authoring/test_suites.py::test_junit_output": "runs every suite of the pack",
+    "tests/authoring/test_suites.py::test_a_changed_rule_fails_with_a_diff": "runs every suite of the pack",
+    "tests/authoring/test_suites.py::test_default_pack_suites_pass": "runs every suite of the pack",
+    "tests/deploy/test_workload_table.py": "loads the pack once per workload kind",
+    "tests/export/test_schema.py": "exports the pack once per Kubernetes release",
+    "tests/export/test_equivalence.py": "exports the pack and runs it beside the engine",
+    "tests/export/test_mixed.py": "exports the pack",
+    "tests/deploy/test_install_safety.py": "renders every overlay with a fresh CA; a live server",
+    "tests/deploy/test_render.py": "renders every overlay, validated against the Kubernetes OpenAPI schemas",
+    "tests/authoring/test_schema.py::test_schemas_are_valid_and_accept_the_pack": "validates every rule file",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        node = item.nodeid.split("[")[0]
+        if node in SLOW or node.split("::")[0] in SLOW or item.get_closest_marker("attack"):
+            item.add_marker(pytest.mark.slow)

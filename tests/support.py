@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import socket
 import ssl
+import time
 import uuid
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -140,3 +143,47 @@ async def wait_ready(session: aiohttp.ClientSession, url: str, attempts: int = 2
             pass
         await asyncio.sleep(0.05)
     raise AssertionError(f"{url} never answered 200")
+
+
+async def wait_for(condition: Callable[[], object], timeout: float = 10.0) -> None:
+    """Wait until `condition()` (a value, or an awaitable) is true, polling every 10 ms: tests wait
+    for state they can observe, never for a guessed number of seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+async def refuses_connections(port: int) -> bool:
+    """True once nothing listens on 127.0.0.1:port any more (a draining server closed its listener)."""
+    try:
+        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return True
+    writer.close()  # at once: the server sees a connection that closed without a request
+    return False
+
+
+class HeldBodies:
+    """Request bodies that send their first bytes and then wait for `release()`: requests a server
+    is in the middle of receiving. `sent` counts bodies whose first chunk has been written (the
+    generator resumes only after aiohttp wrote it, so the connection is accepted and past TLS)."""
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+        self._released = asyncio.Event()
+        self.sent = 0
+
+    async def body(self) -> AsyncIterator[bytes]:
+        yield self._body[:100]
+        self.sent += 1
+        await self._released.wait()
+        yield self._body[100:]
+
+    def release(self) -> None:
+        self._released.set()

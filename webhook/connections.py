@@ -40,7 +40,7 @@ def _refusal() -> bytes:
 
 def shrink_tls_buffers() -> None:
     """asyncio's SSLProtocol reads the socket into a per-connection buffer of `max_size` bytes."""
-    asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER  # type: ignore[attr-defined]
+    asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
 
 
 class _Refused(asyncio.Protocol):

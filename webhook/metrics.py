@@ -150,11 +150,11 @@ class Metrics:
 
     def _rule_child(self, metric: Any, rule: str, *rest: str) -> Any:
         key = (metric._name, rule, *rest)
-        child = self._per_rule.get(key)  # type: ignore[arg-type]
+        child = self._per_rule.get(key)
         if child is None:
             if len(self._per_rule) >= MAX_RULE_SERIES:
                 return metric.labels(OTHER, *rest)
-            child = self._per_rule[key] = metric.labels(rule, *rest)  # type: ignore[index]
+            child = self._per_rule[key] = metric.labels(rule, *rest)
         return child
 
     def render(self) -> bytes:

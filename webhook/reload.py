@@ -47,7 +47,6 @@ class RuleStore:
     ruleset: RuleSet | None = None
     generation: int = 0
     errors: list[LoadError] = field(default_factory=list)
-    loaded_at: float = 0.0
     _fingerprint: Fingerprint = ()
 
     def _current_fingerprint(self) -> Fingerprint:
@@ -67,7 +66,6 @@ class RuleStore:
         self.ruleset = result.ruleset
         self.generation += 1
         self.errors = []
-        self.loaded_at = time.time()
         self.metrics.rules_generation.set(self.generation)
         self.metrics.rules_loaded.set(len(result.ruleset.rules))
         self.metrics.reload_ok.set(1)

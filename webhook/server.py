@@ -225,7 +225,7 @@ class _HttpErrors(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
         if isinstance(error, HttpProcessingError):
-            record.msg, record.args = "malformed HTTP request from %s: %s", (*record.args[:1], error.message)  # type: ignore[index]
+            record.msg, record.args = "malformed HTTP request from %s: %s", (*record.args[:1], error.message)  # type: ignore[index,misc]
             record.levelno, record.levelname, record.exc_info, record.exc_text = logging.INFO, "INFO", None, None
         return True
 
@@ -257,7 +257,7 @@ def readiness(state: ServerState) -> tuple[bool, dict[str, Any]]:
         # until the first list, rules that read namespaceObject fall back to onMissingContext;
         # a stale watch is reported (and counted) but keeps the replica ready: failing every
         # replica's readiness at once would turn a quiet watch into a cluster-wide outage
-        caches = getattr(state.namespaces, "detail", dict)()
+        caches: dict[str, Any] = getattr(state.namespaces, "detail", dict)()
         detail["namespaces"] = {"synced": state.namespaces.synced, "caches": caches}
         ready = ready and state.namespaces.synced
     if state.certs is not None:
@@ -361,12 +361,13 @@ class Server:
         )
         self.state.background.append(asyncio.create_task(trim_periodically()))
         settle()
-        if self.state.namespaces is not None:
-            self.state.namespaces.start()
-            self.metrics.namespaces_synced.set_function(lambda: float(self.state.namespaces.synced))
-            for cache_name in getattr(self.state.namespaces, "detail", dict)():
+        namespaces = self.state.namespaces
+        if namespaces is not None:
+            namespaces.start()
+            self.metrics.namespaces_synced.set_function(lambda: float(namespaces.synced))
+            for cache_name in getattr(namespaces, "detail", dict)():
                 self.metrics.watch_stale.labels(cache_name).set_function(
-                    lambda c=cache_name: float(bool(self.state.namespaces.detail().get(c, {}).get("stale")))
+                    lambda c=cache_name: float(bool(namespaces.detail().get(c, {}).get("stale")))  # type: ignore[misc]
                 )
         log.info(
             "serving",

@@ -91,9 +91,9 @@ def run_workers(count: int, target: Callable[[int], int]) -> int:
             pid, status = os.wait()
         except ChildProcessError:
             break
-        index = children.pop(pid, None)
-        if index is None:
+        if pid not in children:
             continue
+        index = children.pop(pid)
         code = os.waitstatus_to_exitcode(status)
         if stopping:
             worst = max(worst, code)  # a signal death (negative) before the loop started is not a failure

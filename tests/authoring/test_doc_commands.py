@@ -3,7 +3,8 @@
 Commands run with bash in a scratch directory holding copies of examples/ and rules/ (so
 files they write stay out of the checkout), with `.venv` pointing at the test environment.
 Skipped, and only these: commands that need a cluster (kubectl, --cluster), that install
-software (venv, pip, apt-get) or run the minutes-long benchmark, and synopses with [options].
+software (venv, pip, apt-get), run the minutes-long benchmark, or check the checkout itself (pytest,
+mypy: this suite and its type check, not a user's command), and synopses with [options].
 A `| kubectl apply -f -` tail is dropped: what gpu-webhook prints is still checked.
 The README's curl examples run against `gpu-webhook serve` started as the README says.
 """
@@ -25,7 +26,7 @@ from tests.authoring.conftest import REPO
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^( *)```sh\n(.*?)^\1```", re.DOTALL | re.MULTILINE)
-NEEDS_MORE = re.compile(r"\bkubectl\b|--cluster|\bpip\b|\bapt-get\b|python3 -m venv|bench\.run|activate|\[-|\[--")
+NEEDS_MORE = re.compile(r"\bkubectl\b|--cluster|\bpip\b|\bapt-get\b|python3 -m venv|bench\.run|\bpytest\b|\bmypy\b|activate|\[-|\[--")
 
 
 def commands(doc: Path) -> list[str]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -20,6 +22,11 @@ def eventually(condition: Callable[[], object], timeout: float = 5.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         time.sleep(0.01)
+
+
+def started_threads(before: set[threading.Thread]) -> list[threading.Thread]:
+    """The cache's own thread among those started since `before` (the stub starts some too)."""
+    return [t for t in set(threading.enumerate()) - before if t.name == "namespace-cache"]
 
 
 def api_client(url: str) -> client.ApiClient:
@@ -121,27 +128,33 @@ def test_server_errors_are_retried_with_backoff(stub, make_cache):
     assert cache.get("team-a") is not None
 
 
-def test_unreachable_server_leaves_the_cache_unsynced_and_stop_works():
+def test_unreachable_server_leaves_the_cache_unsynced_and_stop_works(caplog):
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     cache = NamespaceCache(api_client(f"http://127.0.0.1:{port}"), backoff_initial=0.01, backoff_max=0.05)
+    caplog.set_level(logging.WARNING, logger="webhook.kube")
+    before = set(threading.enumerate())
     cache.start()
-    time.sleep(0.2)
+    (thread,) = started_threads(before)
+    # three failed lists, each logged with its retry: the cache tried and stayed unsynced
+    eventually(lambda: sum("retrying in" in r.getMessage() for r in caplog.records) >= 3)
     assert not cache.synced
     assert cache.get("team-a") is None
     cache.stop()
-    assert not cache._thread.is_alive()
+    assert not thread.is_alive()
 
 
 def test_stop_interrupts_an_open_watch_promptly(stub, make_cache):
+    before = set(threading.enumerate())
     cache = make_cache(watch_timeout=300)
+    (thread,) = started_threads(before)
     assert cache.wait_synced(5)
     eventually(lambda: stub.open_watches == 1)
     started = time.monotonic()
     cache.stop()
     assert time.monotonic() - started < 2
-    assert not cache._thread.is_alive()
+    assert not thread.is_alive()
 
 
 def test_engine_reads_namespace_context_from_the_cache(stub, make_cache, tmp_path):

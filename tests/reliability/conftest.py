@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-import pytest
 from hypothesis import HealthCheck, settings
 
 _COMMON = {
@@ -15,6 +14,3 @@ settings.register_profile("ci", max_examples=100, derandomize=True, database=Non
 settings.register_profile("long", max_examples=5000, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "attack: the short form of bench/attacks.py (timing targets; ~30 s)")

@@ -9,13 +9,24 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import aiohttp
 import orjson
 
-from tests.support import RULES, LiveServer, client_ssl, cpu_pod, free_port, gpu_pod, make_review, wait_ready
+from tests.support import (
+    RULES,
+    HeldBodies,
+    LiveServer,
+    client_ssl,
+    cpu_pod,
+    free_port,
+    gpu_pod,
+    make_review,
+    refuses_connections,
+    wait_for,
+    wait_ready,
+)
 
 BROKEN = "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: broken}\nspec:\n  match: {kinds: [Pod]}\n  validate: {expression: 'object.spec.'}\n"
 WARN_ALL = """
@@ -27,13 +38,6 @@ spec:
   match: {kinds: [Pod]}
   validate: {expression: "false", message: "generation two"}
 """
-
-
-async def wait_for(predicate, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
 
 
 async def test_broken_rule_file_keeps_last_good_rules_and_reports_it(live_server: LiveServer, rules_dir: Path) -> None:
@@ -98,25 +102,19 @@ async def test_sigterm_finishes_in_flight_requests(cert_dir: Path, tmp_path: Pat
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ssl(cert_dir))) as session:
             base = f"https://localhost:{port}"
             await wait_ready(session, f"{base}/readyz")
-            body = orjson.dumps(make_review(gpu_pod()))
-            release = asyncio.Event()
-
-            async def slow_body() -> object:
-                yield body[:100]
-                await release.wait()
-                yield body[100:]
+            held = HeldBodies(orjson.dumps(make_review(gpu_pod())))
 
             async def send() -> int:
-                async with session.post(f"{base}/mutate", data=slow_body()) as response:
+                async with session.post(f"{base}/mutate", data=held.body()) as response:
                     payload = await response.json()
                     assert payload["response"]["allowed"] is True and payload["response"]["patch"]
                     return response.status
 
             in_flight = [asyncio.create_task(send()) for _ in range(5)]
-            await asyncio.sleep(0.3)  # all five are inside the server, waiting for their bodies
+            await wait_for(lambda: held.sent == 5)  # all five are in the server, waiting for their bodies
             process.send_signal(signal.SIGTERM)
-            await asyncio.sleep(0.3)
-            release.set()
+            await wait_for(lambda: refuses_connections(port))  # draining: the listener is closed
+            held.release()
             assert await asyncio.gather(*in_flight) == [200] * 5
         assert process.wait(timeout=10) == 0
     finally:

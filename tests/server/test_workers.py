@@ -15,7 +15,17 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.support import RULES, client_ssl, free_port, gpu_pod, make_review, wait_ready
+from tests.support import (
+    RULES,
+    HeldBodies,
+    client_ssl,
+    free_port,
+    gpu_pod,
+    make_review,
+    refuses_connections,
+    wait_for,
+    wait_ready,
+)
 
 
 def free_port_pair() -> int:
@@ -91,25 +101,19 @@ async def test_two_workers_share_the_port_and_both_serve(workers, fresh_connecti
 async def test_sigterm_drains_every_worker(workers, fresh_connections) -> None:
     process, port, metrics_port = workers
     await ready(metrics_port)
-    body = orjson.dumps(make_review(gpu_pod()))
-    release = asyncio.Event()
-
-    async def slow_body() -> AsyncIterator[bytes]:
-        yield body[:100]
-        await release.wait()
-        yield body[100:]
+    held = HeldBodies(orjson.dumps(make_review(gpu_pod())))
 
     async def send() -> int:
-        async with fresh_connections.post(f"https://localhost:{port}/mutate", data=slow_body()) as response:
+        async with fresh_connections.post(f"https://localhost:{port}/mutate", data=held.body()) as response:
             assert (await response.json())["response"]["allowed"] is True
             return response.status
 
     # 16 connections: the chance that none reaches one of the two workers is 2 in 65,536
     in_flight = [asyncio.create_task(send()) for _ in range(16)]
-    await asyncio.sleep(0.5)  # all are inside a worker, waiting for the rest of their bodies
+    await wait_for(lambda: held.sent == 16)  # all are inside a worker, waiting for the rest of their bodies
     process.send_signal(signal.SIGTERM)
-    await asyncio.sleep(0.3)
-    release.set()
+    await wait_for(lambda: refuses_connections(port))  # both workers closed their listeners
+    held.release()
     assert await asyncio.gather(*in_flight) == [200] * 16
     assert await asyncio.to_thread(process.wait, 15) == 0
     with pytest.raises(aiohttp.ClientConnectorError):  # nobody listens any more
@@ -136,11 +140,7 @@ async def test_workers_exit_when_the_supervisor_is_killed(workers) -> None:
     assert len(children) == 2
     process.kill()  # SIGKILL: no chance to forward anything
     process.wait()
-    for _ in range(100):
-        if not any(alive(pid) for pid in children):
-            break
-        await asyncio.sleep(0.1)
-    assert not any(alive(pid) for pid in children), "orphaned workers kept running"
+    await wait_for(lambda: not any(alive(pid) for pid in children))  # else: orphaned workers kept running
 
 
 def test_workers_need_a_fixed_port(cert_dir: Path) -> None:

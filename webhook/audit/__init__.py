@@ -1,8 +1,8 @@
 """Dry-run audits: what the rules would deny, warn about or change, on manifests or a live cluster.
 
 sources (files, stdin) and cluster (live API) produce objects one at a time; results runs the
-engine on each and counts them per rule and namespace (Tally, reusable by the server's audit
-mode); formats write the reports. The `audit` command only wires these together.
+engine on each and counts them per rule and namespace (Tally: audit's own; the server counts in
+its metrics); formats write the reports. The `audit` command only wires these together.
 """
 
 from .context import NamespaceContext

@@ -78,7 +78,7 @@ class NamespaceContext:
     def namespace_of(self, obj: Mapping[str, Any] | None) -> str | None:
         if not isinstance(obj, Mapping) or obj.get("kind") in CLUSTER_SCOPED:
             return None
-        metadata = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+        metadata = given if isinstance(given := obj.get("metadata"), Mapping) else {}
         found = metadata.get("namespace")
         return found if isinstance(found, str) and found else self.default_namespace
 

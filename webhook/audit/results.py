@@ -37,7 +37,7 @@ class ObjectRef:
 
     @classmethod
     def of(cls, obj: Mapping[str, Any], namespace: str | None = None) -> ObjectRef:
-        metadata = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+        metadata = given if isinstance(given := obj.get("metadata"), Mapping) else {}
         return cls(
             api_version=str(obj.get("apiVersion", "")),
             kind=str(obj.get("kind", "")),

@@ -36,7 +36,7 @@ class DuplicateKey(yaml.constructor.ConstructorError):
     pass
 
 
-class Loader(_BaseLoader):  # type: ignore[misc,valid-type]
+class Loader(_BaseLoader):
     """The safe loader, refusing duplicate keys: YAML says they are an error, PyYAML keeps the last.
 
     Concatenated manifests without `---` between them (`cat a.yaml b.yaml`) are one document

@@ -55,7 +55,7 @@ def explain(ruleset: RuleSet, admission: AdmissionInput, color: bool = False) ->
 def _lines(ruleset: RuleSet, admission: AdmissionInput, decision: Decision, style: Style) -> Iterator[str]:
     subject = admission.subject or {}
     kind = admission.kind or str(subject.get("kind", ""))
-    metadata = subject.get("metadata") if isinstance(subject.get("metadata"), dict) else {}
+    metadata = given if isinstance(given := subject.get("metadata"), dict) else {}
     name = metadata.get("name") or metadata.get("generateName") or "<unnamed>"
     where = f"{admission.namespace}/" if admission.namespace else ""
     yield style(f"{kind} {where}{name} ({admission.operation}), {len(ruleset.rules)} rules", "bold")

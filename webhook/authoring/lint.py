@@ -112,8 +112,8 @@ def _field_errors(document: Document) -> Iterator[LoadError]:
     spec = data.get("spec")
     if not isinstance(spec, Mapping):
         return
-    match = spec.get("match") if isinstance(spec.get("match"), Mapping) else {}
-    kinds = match.get("kinds") if isinstance(match.get("kinds"), list) else []
+    match = found if isinstance(found := spec.get("match"), Mapping) else {}
+    kinds = listed if isinstance(listed := match.get("kinds"), list) else []
     scope = scope_for([str(k) for k in kinds], spec.get("autogen", True) is not False)
     for path, text in _expressions(data):
         for problem in field_problems(text, scope):
@@ -162,7 +162,7 @@ def _param_errors(document: Document) -> Iterator[LoadError]:
     spec = document.data.get("spec")
     if not isinstance(spec, Mapping):
         return
-    params = spec.get("params") if isinstance(spec.get("params"), Mapping) else {}
+    params = given if isinstance(given := spec.get("params"), Mapping) else {}
     for path, text in _expressions(document.data):
         for found in _PARAM_REFERENCE.finditer(text):
             name = found.group(1) or found.group(2)

@@ -108,11 +108,11 @@ def discover(
             if not isinstance(data, Mapping) or data.get("kind") != TEST_KIND:
                 continue
             errors = sorted(_VALIDATOR.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
-            for error in errors:
-                line, column = document.position(tuple(error.absolute_path))
-                where = "/".join(map(str, error.absolute_path)) or "document"
-                message = error.message
-                if error.validator == "oneOf" and where.startswith("spec/cases/"):
+            for invalid in errors:
+                line, column = document.position(tuple(invalid.absolute_path))
+                where = "/".join(map(str, invalid.absolute_path)) or "document"
+                message = invalid.message
+                if invalid.validator == "oneOf" and where.startswith("spec/cases/"):
                     message = "a case needs exactly one of `object` or `objectFile`"
                 problems.append(LoadError(SourceLocation(file, line, column), f"{where}: {message}"))
             if errors:
@@ -175,7 +175,7 @@ def admission(case: Mapping[str, Any], base: Path | str) -> AdmissionInput:
     )
 
 
-def _resource(case: Mapping[str, Any], key: str, base: Path) -> dict[str, Any] | None:
+def _resource(case: Mapping[str, Any], key: str, base: Path | str) -> dict[str, Any] | None:
     if case.get(key) is not None:
         return dict(case[key])
     file = case.get(f"{key}File")

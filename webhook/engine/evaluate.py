@@ -142,10 +142,10 @@ class _Run:
                 target=target,
                 operation=self.admission.operation,
                 # an activation only if a mutation has CEL, of the working copy as it then is
-                evaluate=lambda expression, r=rule, t=target: self._eval(r, t, expression),
+                evaluate=lambda expression, r=rule, t=target: self._eval(r, t, expression),  # type: ignore[misc]
                 accelerators=self.ruleset.accelerators,
                 sub_resource=self.admission.sub_resource,
-                uses_accelerator_claims=lambda container, t=target: self._uses_accelerator_claims(t, container),
+                uses_accelerator_claims=lambda container, t=target: self._uses_accelerator_claims(t, container),  # type: ignore[misc]
             )
             try:
                 for mutation in rule.mutations:
@@ -565,7 +565,7 @@ def _edits_containers(operations: list[dict[str, Any]], target: Target) -> bool:
 
 def _copy(document: dict[str, Any]) -> dict[str, Any]:
     try:
-        return orjson.loads(orjson.dumps(document))
+        return orjson.loads(orjson.dumps(document))  # type: ignore[no-any-return]
     except (TypeError, orjson.JSONEncodeError):
         # values JSON cannot carry (YAML timestamps, huge ints), or nesting past the 255 levels
         # orjson writes (it reads 1,024): copy without recursion, whatever the depth

@@ -312,11 +312,11 @@ def _compile_rule_body(document: Document, env: CelEnvironment, errors: list[Loa
             mutations.append(mutation)
     if len(errors) > before:
         return None
-    compiled = [e for e in (match.condition, validation and validation.expression) if e is not None]
+    used = [e for e in (match.condition, validation.expression if validation else None) if e is not None]
     if validation and validation.message_expression:
-        compiled.append(validation.message_expression)
-    compiled.extend(e for m in mutations for e in _mutation_expressions(m))
-    references = frozenset().union(*(e.references for e in compiled))
+        used.append(validation.message_expression)
+    used.extend(e for m in mutations for e in _mutation_expressions(m))
+    references = frozenset().union(*(e.references for e in used))
     needs_namespace = match.namespace_selector is not None or "namespaceObject" in references
     annotations = data["metadata"].get("annotations") or {}
     return Rule(

@@ -19,11 +19,3 @@ def to_pointer(path: Iterable[str | int]) -> str:
 def _pointer(path: Path) -> str:
     # the same template paths recur on every request: escape each path once
     return "".join("/" + escape(str(part)) for part in path)
-
-
-def describe(path: Iterable[str | int]) -> str:
-    """A dotted path for humans: spec.containers[0].env."""
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out

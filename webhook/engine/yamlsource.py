@@ -167,7 +167,7 @@ def _build(loader: Any, node: yaml.Node, path: Path, document: Document, built: 
             key = loader.construct_object(key_node, deep=True)
             if not isinstance(key, str | int | float | bool) and key is not None:
                 raise YamlError("mapping keys must be scalars", key_node.start_mark.line + 1, 1)
-            child: Path = (*path, key)
+            child: Path = (*path, key)  # type: ignore[arg-type]  # float/bool/null keys: never looked up
             position = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
             if key in result:
                 document.duplicate_keys.append((child, position))

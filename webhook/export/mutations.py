@@ -118,6 +118,7 @@ def patches(mutation: Mutation, translator: Translator, targets: str, match: str
 
 def _add_toleration(mutation: AddToleration, each: Any) -> str:
     wanted = mutation.toleration
+    assert wanted is not None  # byResourcePrefix tolerations are not native (caller checks)
     o = "gwO"
     key = f"(has({o}.key) && {o}.key != null ? {o}.key : '')"
     operator = f"(has({o}.operator) && {o}.operator != null && {o}.operator != '' ? {o}.operator : 'Equal')"
@@ -140,6 +141,7 @@ def _add_toleration(mutation: AddToleration, each: Any) -> str:
 
 def _require_node_affinity(mutation: RequireNodeAffinity, each: Any) -> str:
     wanted = mutation.expression
+    assert wanted is not None  # byResourcePrefix affinities are not native (caller checks)
     values = list(wanted.get("values") or [])
     m = "gwE"
     same_values = (

@@ -66,7 +66,7 @@ def template_targets(kind: str, with_paths: bool) -> str:
     """The pod templates of one workload kind, as workloads.py finds them."""
     owner = _owner(kind)
     if kind in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob"):
-        parts = ("spec", "jobTemplate", "spec", "template") if kind == "CronJob" else ("spec", "template")
+        parts: tuple[str, ...] = ("spec", "jobTemplate", "spec", "template") if kind == "CronJob" else ("spec", "template")
         root = "object." + ".".join(parts)
         path = string_literal("/" + "/".join(parts))
         entry = _entry(root, path, f"'pod template of ' + {owner}", with_paths)

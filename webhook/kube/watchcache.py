@@ -281,7 +281,7 @@ class WatchCache:
         if kind in ("ADDED", "MODIFIED"):
             self._items.setdefault(namespace, {})[metadata["name"]] = _trim(obj, self.keep_status)
         elif kind == "DELETED":
-            self._items.get(namespace, {}).pop(metadata.get("name"), None)
+            self._items.get(namespace, {}).pop(metadata.get("name") or "", None)
         elif kind != "BOOKMARK":
             raise RuntimeError(f"unknown watch event type {kind!r}")
         self._last_seen = time.monotonic()

@@ -17,7 +17,7 @@ FAIL, ERROR, WARN, AUDIT, PASS, SKIP = Result
 # A cap on table rows keeps the page usable in a browser; the charts still count everything.
 MAX_ROWS = 20_000
 _COLOURS = {FAIL: "#d64545", WARN: "#e8a33d", AUDIT: "#5b8def", ERROR: "#8e6bbf", SKIP: "#9aa0aa"}
-_LABELS = {FAIL: "Deny", WARN: "Warn", AUDIT: "Audit", ERROR: "Error", SKIP: "Not evaluated"}
+_LABELS: dict[str, str] = {FAIL: "Deny", WARN: "Warn", AUDIT: "Audit", ERROR: "Error", SKIP: "Not evaluated"}
 _SERIES = (FAIL, ERROR, WARN, AUDIT, SKIP)
 
 _STYLE = """
