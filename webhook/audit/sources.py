@@ -1,7 +1,8 @@
 """Where audited objects come from: manifest files, directories and stdin, one object at a time.
 
 Everything here is a generator so that memory stays flat however large the input is:
-a file is parsed document by document (libyaml's C loader, the fast one), and a
+a file is parsed document by document (libyaml's C composer and fastyaml's constructor,
+which builds what the reference `Loader` below builds), and a
 `kind: List` is unpacked as it is met. Only JSON files are read whole (orjson is far
 faster than any YAML loader, and a JSON file holds one document anyway).
 
@@ -21,6 +22,8 @@ from typing import IO, Any
 
 import orjson
 import yaml
+
+from .fastyaml import Documents
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -127,7 +130,7 @@ class _YamlProblem(Exception):
 
 def _documents(stream: IO[str], name: str, notes: Problem) -> Iterator[Item]:
     try:
-        for index, document in enumerate(yaml.load_all(stream, Loader=Loader)):
+        for index, document in enumerate(Documents(stream, Loader)):
             yield from _unpack(document, name, index, notes)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
