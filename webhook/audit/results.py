@@ -70,6 +70,7 @@ class ObjectResult:
     patch: list[dict[str, Any]]
     original: dict[str, Any]
     mutated: dict[str, Any] | None
+    rendered_diff: str | None = None  # set by --jobs workers, which send results without the objects
 
     @property
     def worst(self) -> Result:
@@ -92,6 +93,8 @@ class ObjectResult:
 
     def diff(self) -> str:
         """The patch as a unified diff of the object's YAML: what a reviewer wants to read."""
+        if self.rendered_diff is not None:
+            return self.rendered_diff
         if self.mutated is None:
             return ""
         before = plain_yaml(self.original).splitlines(keepends=True)
