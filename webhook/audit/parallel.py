@@ -50,8 +50,10 @@ def parallel_safe(files: list[str]) -> bool:
     return True
 
 
-def _init(ruleset: RuleSet, namespaces: dict[str, dict[str, Any]], default_namespace: str | None, mode: Mode) -> None:
-    _worker.update(ruleset=ruleset, namespaces=namespaces, default_namespace=default_namespace, mode=mode)
+def _init(
+    ruleset: RuleSet, namespaces: dict[str, dict[str, Any]], default_namespace: str | None, mode: Mode, diffs: bool
+) -> None:
+    _worker.update(ruleset=ruleset, namespaces=namespaces, default_namespace=default_namespace, mode=mode, diffs=diffs)
 
 
 def _audit_file(path: str) -> list[Event]:
@@ -62,7 +64,7 @@ def _audit_file(path: str) -> list[Event]:
         problems=lambda message: events.append(("problem", message)),
         notes=lambda message: events.append(("note", message)),
     )
-    for result in audit(_worker["ruleset"], items, context, _worker["mode"]):
+    for result in audit(_worker["ruleset"], items, context, _worker["mode"], _worker["diffs"]):
         events.append(("result", detach(result)))
     return events
 
@@ -81,12 +83,13 @@ def audit_files(
     namespaces: dict[str, dict[str, Any]],
     default_namespace: str | None,
     mode: Mode = Mode.ENFORCE,
+    diffs: bool = True,
 ) -> Iterator[Event]:
     """The events of every file, in file order, from `jobs` worker processes."""
     # fork shares the loaded rules with the workers; spawn (macOS) pickles them once per worker
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     context = multiprocessing.get_context(method)
-    with context.Pool(jobs, _init, (ruleset, namespaces, default_namespace, mode)) as pool:
+    with context.Pool(jobs, _init, (ruleset, namespaces, default_namespace, mode, diffs)) as pool:
         pending: deque[Any] = deque()
         queue: Iterable[str] = iter(files)
         for path in queue:
