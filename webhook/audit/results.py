@@ -71,21 +71,26 @@ class ObjectResult:
     original: dict[str, Any]
     mutated: dict[str, Any] | None
     rendered_diff: str | None = None  # set by --jobs workers, which send results without the objects
+    # the object's result (its worst rule; `skip` only when nothing matched but rules lacked context),
+    # whether the apiserver would refuse it (a Deny failure, or an error under failurePolicy Fail),
+    # and whether a rule was not evaluated: folded from the outcomes once, read by tally and reports
+    worst: Result = field(init=False)
+    blocked: bool = field(init=False)
+    incomplete: bool = field(init=False)
 
-    @property
-    def worst(self) -> Result:
-        """The object's result: its worst rule; `skip` only when nothing matched but rules lacked context."""
-        return min((o.result for o in self.outcomes), key=SEVERITY.__getitem__, default=Result.PASS)
+    def __post_init__(self) -> None:
+        worst, rank, blocked, incomplete = Result.PASS, SEVERITY[Result.PASS], False, False
+        for outcome in self.outcomes:
+            if SEVERITY[outcome.result] < rank:
+                worst, rank = outcome.result, SEVERITY[outcome.result]
+            blocked = blocked or outcome.blocks
+            incomplete = incomplete or outcome.context_missing
+        self.worst, self.blocked, self.incomplete = worst, blocked, incomplete
 
     @property
     def findings(self) -> list[RuleOutcome]:
         """What a reader must look at: failures, errors, warnings, audits, and rules not evaluated."""
         return [o for o in self.outcomes if o.result != Result.PASS]
-
-    @property
-    def blocked(self) -> bool:
-        """The apiserver would refuse it: a Deny failure, or an error under failurePolicy Fail."""
-        return any(o.blocks for o in self.outcomes)
 
     @property
     def not_evaluated(self) -> list[str]:
@@ -168,17 +173,21 @@ class Tally:
         self.gpus += result.gpus
         self.blocked_objects += result.blocked
         self.patched_objects += bool(result.patch)
-        self.skipped_objects += bool(result.not_evaluated)
+        self.skipped_objects += result.incomplete
         namespace = result.ref.namespace or "(cluster)"
         self.namespaces.setdefault(namespace, Counter())[worst] += 1
         if worst not in (Result.PASS, Result.SKIP):
             self.gpus_affected += result.gpus
             self.namespace_gpus_affected[namespace] += result.gpus
+        rules = self.rules
         for outcome in result.outcomes:
-            count = self.rules.setdefault(outcome.rule, RuleCount())
+            count = rules.get(outcome.rule)
+            if count is None:
+                count = rules[outcome.rule] = RuleCount()
             count.results[outcome.result] += 1
-            count.patched += outcome.patched
-            if outcome.result not in (Result.PASS, Result.SKIP):
+            if outcome.patch:
+                count.patched += 1
+            if outcome.result is not Result.PASS and outcome.result is not Result.SKIP:
                 count.gpus_affected += result.gpus
 
     def failed(self, fail_on: str = "deny") -> bool:
