@@ -1,6 +1,6 @@
 """Audit throughput and memory through the real command: objects per CPU-second, wall time, peak RSS.
 
-    python -m bench.audit_bench [--sizes 10000 100000] [--rules two pack] [--jobs 1 2] [--cluster]
+    python -m bench.audit_bench [--sizes 10000 100000] [--rules two pack] [--jobs 1 2] [--cluster [--cluster-rules two]]
         [--no-diff] [--baseline SRC] [--output json] [-- AUDIT-ARGS]
 
 For each rule set and size, generated manifests (bench/audit_data.py) are audited by
@@ -111,6 +111,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, nargs="+", default=[1], help="audit --jobs values to run")
     parser.add_argument("--no-diff", action="store_true", help="add a pack row with --no-diff")
     parser.add_argument("--cluster", action="store_true", help="add rows read through audit --cluster")
+    parser.add_argument("--cluster-rules", nargs="+", choices=sorted(RULES), help="rule sets for --cluster rows")
     parser.add_argument("--baseline", metavar="SRC", help="also run the webhook package found in SRC")
     parser.add_argument("--output", default="json", help="report format (json is checked against ground truth)")
     parser.add_argument("audit_args", nargs="*", help="after --: extra arguments for `gpu-webhook audit`")
@@ -160,7 +161,7 @@ def main() -> None:
                 api = _stub_with_pods(directory)
                 with api.running():
                     kubeconfig = api.kubeconfig(Path(tmp) / "kubeconfig")
-                    for name in args.rules:
+                    for name in args.cluster_rules or args.rules:
                         for code, source in codes:
                             extra = ["--cluster", "--kubeconfig", str(kubeconfig)]
                             measure(code, name, size, megabytes, [], extra, truth, source)
