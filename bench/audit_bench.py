@@ -46,7 +46,8 @@ def run_audit(inputs: list[str], rules: Path, output: str, extra: list[str], sou
     if source:
         env["PYTHONPATH"] = source  # ahead of the editable install: that tree's `webhook` runs
     started = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    # `-m` puts the working directory first on sys.path: the tree whose code is measured
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=source or ROOT)
     assert child.stdout is not None
     tail = b""
     while chunk := child.stdout.read(1 << 16):
