@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.engine import Mode, Phase, Result, RuleOutcome, RuleSet, evaluate
-from webhook.engine.model import SEVERITY
+from webhook.engine.model import DEFAULT_LIMITS, SEVERITY, Limits
 from webhook.engine.workloads import get_path, object_target
 
 from .context import NamespaceContext, plain_yaml
@@ -25,6 +25,11 @@ from .sources import Item
 # what a report counts, worst first (Result's own order); `skip` only counts rules that were
 # not evaluated for want of namespace context, never rules that simply did not match
 RESULTS: tuple[Result, ...] = tuple(Result)
+
+# The server's per-request time budget guards it against costly objects; offline, a report must
+# not depend on how busy the machine is (a loaded CI runner turned passes into errors), so audit
+# keeps the collection limit and drops the clock.
+AUDIT_LIMITS = Limits(time_budget=None, max_collection=DEFAULT_LIMITS.max_collection)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +132,7 @@ def audit(
         if context.take(item.object):
             continue
         admission = context.admission(item.object)
-        decision = evaluate(ruleset, admission, phase=Phase.ALL, mode=mode, trace=True)
+        decision = evaluate(ruleset, admission, phase=Phase.ALL, mode=mode, trace=True, limits=AUDIT_LIMITS)
         obj = admission.object or item.object
         gpus = sum(accelerators.pod_count(get_path(obj, path)) for path in object_target(obj).pod_specs)
         yield ObjectResult(
