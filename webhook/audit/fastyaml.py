@@ -30,7 +30,7 @@ _STR = "tag:yaml.org,2002:str"
 _MAP = "tag:yaml.org,2002:map"
 _SEQ = "tag:yaml.org,2002:seq"
 _MISS = object()
-_CACHE_LIMIT = 1 << 16  # distinct plain scalars remembered; reset when full (memory stays flat)
+_CACHE_LIMIT = 1 << 13  # distinct plain scalars remembered; reset when full (memory stays flat)
 
 
 KUBE_PLAIN = "!gpu-webhook/kube-plain"  # the reference loader's tag for every plain scalar but `<<`
@@ -119,7 +119,10 @@ class Documents:
 
     def __init__(self, stream: IO[str] | str | bytes, reference: type) -> None:
         self.reference = reference
-        self.loader = _fast_loaders.setdefault(reference, make_loader(reference))(stream)
+        fast = _fast_loaders.get(reference)
+        if fast is None:  # one class per reference loader, not one per file
+            fast = _fast_loaders[reference] = make_loader(reference)
+        self.loader = fast(stream)
         # a reference instance, for resolving plain text and for documents off the fast path
         self.slow = reference("")
         self.cache: dict[str, Any] = _caches.setdefault(reference, {})
