@@ -1,6 +1,7 @@
 """Audit throughput and memory through the real command: objects per CPU-second, wall time, peak RSS.
 
-    python -m bench.audit_bench [--sizes 10000 100000] [--rules two pack] [--output json] [-- AUDIT-ARGS]
+    python -m bench.audit_bench [--sizes 10000 100000] [--rules two pack] [--jobs 1 2] [--cluster [--cluster-rules two]]
+        [--no-diff] [--baseline SRC] [--output json] [-- AUDIT-ARGS]
 
 For each rule set and size, generated manifests (bench/audit_data.py) are audited by
 `gpu-webhook audit DIR --rules R -o FORMAT` in a child process, exactly as a user runs it. The
@@ -8,7 +9,16 @@ child's own CPU time and peak RSS come from os.wait4 (that child alone, whatever
 "objects per CPU-second" is comparable with `/usr/bin/time` figures of other tools on the same
 files. With the two bench rules the report's per-rule counts are checked against the
 generator's ground truth: a fast wrong answer fails the run. Extra arguments after `--` go to
-`audit` (e.g. `-- --jobs 2`).
+`audit`.
+
+`--jobs 1 2` runs each case once per job count (wall time is what --jobs buys; CPU time covers
+the worker processes too, as wait4 reports reaped grandchildren; peak RSS is the largest
+process). `--no-diff` adds a pack row without diffs. `--cluster` also audits the same pods
+through `audit --cluster` against the stand-in API server (tests/audit/apistub.py, in this
+process; the child's CPU is the client's alone). `--baseline SRC` adds rows for another
+source tree of the `webhook` package (e.g. `git archive <commit> webhook | tar -x -C SRC`),
+run with this interpreter, so that before/after ratios come from one run on one machine.
+Children run without PYTHONDONTWRITEBYTECODE, as an installed package (with bytecode) runs.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from bench import audit_data
 
@@ -29,15 +40,14 @@ RULES = {"two": ROOT / "bench" / "rules-two", "pack": ROOT / "rules"}
 TAIL = 1 << 20  # bytes of the report kept: the summary is written last
 
 
-def gpu_webhook() -> str:
-    local = Path(sys.executable).with_name("gpu-webhook")
-    return str(local) if local.exists() else "gpu-webhook"
-
-
-def run_audit(directory: Path, rules: Path, output: str, extra: list[str]) -> dict[str, object]:
-    command = [gpu_webhook(), "audit", str(directory), "--rules", str(rules), "-o", output, *extra]
+def run_audit(inputs: list[str], rules: Path, output: str, extra: list[str], source: str | None) -> dict[str, object]:
+    command = [sys.executable, "-m", "webhook.cli", "audit", *inputs, "--rules", str(rules), "-o", output, *extra]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    if source:
+        env["PYTHONPATH"] = source  # ahead of the editable install: that tree's `webhook` runs
     started = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # `-m` puts the working directory first on sys.path: the tree whose code is measured
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=source or ROOT)
     assert child.stdout is not None
     tail = b""
     while chunk := child.stdout.read(1 << 16):
@@ -84,42 +94,88 @@ def check_truth(summary: dict[str, object], truth: audit_data.Truth) -> None:
         raise SystemExit(f"wrong answers: audit reported {found}, ground truth is {wanted}")
 
 
+def _stub_with_pods(directory: Path) -> Any:
+    """The stand-in API server holding the generated pods (read with audit's own loader)."""
+    from tests.audit.apistub import ApiStub
+    from webhook.audit.sources import read_manifests
+
+    api = ApiStub()
+    for item in read_manifests([str(directory)]):
+        api.add(item.object)
+    return api
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--rules", nargs="+", choices=sorted(RULES), default=["two", "pack"])
+    parser.add_argument("--jobs", type=int, nargs="+", default=[1], help="audit --jobs values to run")
+    parser.add_argument("--no-diff", action="store_true", help="add a pack row with --no-diff")
+    parser.add_argument("--cluster", action="store_true", help="add rows read through audit --cluster")
+    parser.add_argument("--cluster-rules", nargs="+", choices=sorted(RULES), help="rule sets for --cluster rows")
+    parser.add_argument("--baseline", metavar="SRC", help="also run the webhook package found in SRC")
     parser.add_argument("--output", default="json", help="report format (json is checked against ground truth)")
     parser.add_argument("audit_args", nargs="*", help="after --: extra arguments for `gpu-webhook audit`")
     args = parser.parse_args()
     rows = []
+
+    def measure(
+        code: str,
+        name: str,
+        size: int,
+        megabytes: float,
+        inputs: list[str],
+        extra: list[str],
+        truth: audit_data.Truth,
+        source: str | None,
+    ) -> None:
+        run = run_audit(inputs, RULES[name], args.output, [*extra, *args.audit_args], source)
+        if args.output == "json" and name == "two":
+            check_truth(summary_of(run["tail"]), truth)  # type: ignore[arg-type]
+        row = {
+            "code": code,
+            "rules": name,
+            "objects": size,
+            "yaml_mib": round(megabytes, 1),
+            "seconds": round(run["seconds"], 2),  # type: ignore[call-overload]
+            "objects_per_cpu_second": round(size / run["cpu_seconds"]),  # type: ignore[operator]
+            "peak_rss_mib": round(run["peak_rss_mib"], 1),  # type: ignore[call-overload]
+            "audit_args": " ".join([*extra, *args.audit_args]),
+        }
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+
+    codes = [("new", None)] + ([("baseline", args.baseline)] if args.baseline else [])
     with tempfile.TemporaryDirectory(prefix="audit-bench-") as tmp:
         for size in args.sizes:
             directory = Path(tmp) / f"pods-{size}"
             truth = audit_data.pods(directory, size)
             megabytes = sum(f.stat().st_size for f in directory.iterdir()) / 2**20
             for name in args.rules:
-                run = run_audit(directory, RULES[name], args.output, args.audit_args)
-                if args.output == "json" and name == "two":
-                    check_truth(summary_of(run["tail"]), truth)  # type: ignore[arg-type]
-                row = {
-                    "rules": name,
-                    "objects": size,
-                    "yaml_mib": round(megabytes, 1),
-                    "seconds": round(run["seconds"], 2),  # type: ignore[call-overload]
-                    "objects_per_cpu_second": round(size / run["cpu_seconds"]),  # type: ignore[operator]
-                    "peak_rss_mib": round(run["peak_rss_mib"], 1),  # type: ignore[call-overload]
-                    "audit_args": " ".join(args.audit_args),
-                }
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+                for code, source in codes:
+                    for jobs in args.jobs if code == "new" else [1]:
+                        extra = ["--jobs", str(jobs)] if code == "new" else []
+                        measure(code, name, size, megabytes, [str(directory)], extra, truth, source)
+                if name == "pack" and args.no_diff:
+                    measure("new", name, size, megabytes, [str(directory)], ["--no-diff"], truth, None)
+            if args.cluster:
+                api = _stub_with_pods(directory)
+                with api.running():
+                    kubeconfig = api.kubeconfig(Path(tmp) / "kubeconfig")
+                    for name in args.cluster_rules or args.rules:
+                        for code, source in codes:
+                            extra = ["--cluster", "--kubeconfig", str(kubeconfig)]
+                            measure(code, name, size, megabytes, [], extra, truth, source)
+                del api
             for path in directory.iterdir():
                 path.unlink()
-    print("| rules | objects | wall s | objects per CPU-second | peak RSS MiB | audit args |")
-    print("|---|---|---|---|---|---|")
+    print("| code | rules | objects | audit args | wall s | objects per CPU-second | peak RSS MiB |")
+    print("|---|---|---|---|---|---|---|")
     for row in rows:
+        arguments = str(row["audit_args"]).replace(f" --kubeconfig {Path(tmp) / 'kubeconfig'}", "")
         print(
-            f"| {row['rules']} | {row['objects']:,} | {row['seconds']} | {row['objects_per_cpu_second']:,} "
-            f"| {row['peak_rss_mib']} | {row['audit_args']} |"
+            f"| {row['code']} | {row['rules']} | {row['objects']:,} | {arguments} | {row['seconds']} "
+            f"| {row['objects_per_cpu_second']:,} | {row['peak_rss_mib']} |"
         )
 
 

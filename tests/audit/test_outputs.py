@@ -55,6 +55,18 @@ def test_json(run):
     assert report["summary"]["rules"]["queue-label-warn"]["warn"] == 1
 
 
+def test_no_diff_keeps_the_patch_and_drops_only_the_diff(run):
+    _, out, _ = run(WORKLOADS, *ALL_RULES, "-o", "json")
+    _, lean, _ = run(WORKLOADS, *ALL_RULES, "-o", "json", "--no-diff")
+    full, short = json.loads(out), json.loads(lean)
+    assert "diff" in full["objects"][0] and "diff" not in short["objects"][0]
+    for entry in full["objects"]:
+        entry.pop("diff", None)
+    assert short == full
+    _, table, _ = run(WORKLOADS, *ALL_RULES, "-o", "table", "--no-diff")
+    assert "PATCH  " in table and "+  tolerations:" not in table
+
+
 def test_json_with_no_objects_is_still_json(run, tmp_path):
     empty = tmp_path / "empty.yaml"
     empty.write_text("---\n")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.engine import Mode, Phase, Result, RuleOutcome, RuleSet, evaluate
-from webhook.engine.model import SEVERITY
+from webhook.engine.model import DEFAULT_LIMITS, SEVERITY, Limits
 from webhook.engine.workloads import get_path, object_target
 
 from .context import NamespaceContext, plain_yaml
@@ -25,6 +25,11 @@ from .sources import Item
 # what a report counts, worst first (Result's own order); `skip` only counts rules that were
 # not evaluated for want of namespace context, never rules that simply did not match
 RESULTS: tuple[Result, ...] = tuple(Result)
+
+# The server's per-request time budget guards it against costly objects; offline, a report must
+# not depend on how busy the machine is (a loaded CI runner turned passes into errors), so audit
+# keeps the collection limit and drops the clock.
+AUDIT_LIMITS = Limits(time_budget=None, max_collection=DEFAULT_LIMITS.max_collection)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +75,22 @@ class ObjectResult:
     patch: list[dict[str, Any]]
     original: dict[str, Any]
     mutated: dict[str, Any] | None
+    rendered_diff: str | None = None  # set by --jobs workers, which send results without the objects
+    # the object's result (its worst rule; `skip` only when nothing matched but rules lacked context),
+    # whether the apiserver would refuse it (a Deny failure, or an error under failurePolicy Fail),
+    # and whether a rule was not evaluated: folded from the outcomes once, read by tally and reports
+    worst: Result = field(init=False)
+    blocked: bool = field(init=False)
+    incomplete: bool = field(init=False)
 
-    @property
-    def worst(self) -> Result:
-        """The object's result: its worst rule; `skip` only when nothing matched but rules lacked context."""
-        return min((o.result for o in self.outcomes), key=SEVERITY.__getitem__, default=Result.PASS)
+    def __post_init__(self) -> None:
+        worst, rank, blocked, incomplete = Result.PASS, SEVERITY[Result.PASS], False, False
+        for outcome in self.outcomes:
+            if SEVERITY[outcome.result] < rank:
+                worst, rank = outcome.result, SEVERITY[outcome.result]
+            blocked = blocked or outcome.blocks
+            incomplete = incomplete or outcome.context_missing
+        self.worst, self.blocked, self.incomplete = worst, blocked, incomplete
 
     @property
     def findings(self) -> list[RuleOutcome]:
@@ -82,16 +98,13 @@ class ObjectResult:
         return [o for o in self.outcomes if o.result != Result.PASS]
 
     @property
-    def blocked(self) -> bool:
-        """The apiserver would refuse it: a Deny failure, or an error under failurePolicy Fail."""
-        return any(o.blocks for o in self.outcomes)
-
-    @property
     def not_evaluated(self) -> list[str]:
         return [o.rule for o in self.outcomes if o.context_missing]
 
     def diff(self) -> str:
         """The patch as a unified diff of the object's YAML: what a reviewer wants to read."""
+        if self.rendered_diff is not None:
+            return self.rendered_diff
         if self.mutated is None:
             return ""
         before = plain_yaml(self.original).splitlines(keepends=True)
@@ -104,12 +117,14 @@ def audit(
     items: Iterable[Item],
     context: NamespaceContext | None = None,
     mode: Mode = Mode.ENFORCE,
+    diffs: bool = True,
 ) -> Iterator[ObjectResult]:
     """Evaluate each object as a CREATE with the server's engine, one at a time.
 
     `context` supplies the namespace of namespace-less manifests and the Namespace objects
     (from --namespace-objects, the input itself, or the cluster); Namespace objects met in
-    `items` become context for what follows and are not audited themselves.
+    `items` become context for what follows and are not audited themselves. Without `diffs`
+    (--no-diff) no report shows a diff: rendering one is most of the cost of a patched object.
     """
     context = context if context is not None else NamespaceContext()
     accelerators = ruleset.accelerators
@@ -117,7 +132,7 @@ def audit(
         if context.take(item.object):
             continue
         admission = context.admission(item.object)
-        decision = evaluate(ruleset, admission, phase=Phase.ALL, mode=mode, trace=True)
+        decision = evaluate(ruleset, admission, phase=Phase.ALL, mode=mode, trace=True, limits=AUDIT_LIMITS)
         obj = admission.object or item.object
         gpus = sum(accelerators.pod_count(get_path(obj, path)) for path in object_target(obj).pod_specs)
         yield ObjectResult(
@@ -128,6 +143,7 @@ def audit(
             patch=decision.patch,
             original=obj,
             mutated=decision.mutated,
+            rendered_diff=None if diffs else "",
         )
 
 
@@ -162,17 +178,21 @@ class Tally:
         self.gpus += result.gpus
         self.blocked_objects += result.blocked
         self.patched_objects += bool(result.patch)
-        self.skipped_objects += bool(result.not_evaluated)
+        self.skipped_objects += result.incomplete
         namespace = result.ref.namespace or "(cluster)"
         self.namespaces.setdefault(namespace, Counter())[worst] += 1
         if worst not in (Result.PASS, Result.SKIP):
             self.gpus_affected += result.gpus
             self.namespace_gpus_affected[namespace] += result.gpus
+        rules = self.rules
         for outcome in result.outcomes:
-            count = self.rules.setdefault(outcome.rule, RuleCount())
+            count = rules.get(outcome.rule)
+            if count is None:
+                count = rules[outcome.rule] = RuleCount()
             count.results[outcome.result] += 1
-            count.patched += outcome.patched
-            if outcome.result not in (Result.PASS, Result.SKIP):
+            if outcome.patch:
+                count.patched += 1
+            if outcome.result is not Result.PASS and outcome.result is not Result.SKIP:
                 count.gpus_affected += result.gpus
 
     def failed(self, fail_on: str = "deny") -> bool:

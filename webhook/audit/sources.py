@@ -1,7 +1,8 @@
 """Where audited objects come from: manifest files, directories and stdin, one object at a time.
 
 Everything here is a generator so that memory stays flat however large the input is:
-a file is parsed document by document (libyaml's C loader, the fast one), and a
+a file is parsed document by document (libyaml's C composer and fastyaml's constructor,
+which builds what the reference `Loader` below builds), and a
 `kind: List` is unpacked as it is met. Only JSON files are read whole (orjson is far
 faster than any YAML loader, and a JSON file holds one document anyway).
 
@@ -21,6 +22,8 @@ from typing import IO, Any
 
 import orjson
 import yaml
+
+from .fastyaml import KUBE_PLAIN, Documents, go_plain, json_key
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -43,12 +46,18 @@ class Loader(_BaseLoader):
     with every key twice; merged silently, they would audit as one object made of the last file.
     """
 
+    def resolve(self, kind: type, value: Any, implicit: tuple[bool, bool]) -> str:
+        # plain scalars as kubectl resolves them (fastyaml.go_plain: go-yaml v2's rules), merge keys as YAML's
+        if kind is yaml.ScalarNode and implicit[0] and value != "<<":
+            return KUBE_PLAIN
+        return super().resolve(kind, value, implicit)
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
-            key = self.construct_object(key_node, deep=True)
+            key = json_key(self.construct_object(key_node, deep=True))
             if isinstance(key, str | int | float | bool) and key in seen:
                 raise DuplicateKey(
                     None,
@@ -57,7 +66,22 @@ class Loader(_BaseLoader):
                     key_node.start_mark,
                 )
             seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+        # built here rather than by SafeConstructor: `true:` and `1:` are one Python key but two JSON ones
+        self.flatten_mapping(node)  # merge keys (explicit keys win over merged ones, as in go-yaml)
+        mapping: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = json_key(self.construct_object(key_node, deep=deep))
+            try:
+                hash(key)
+            except TypeError:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark, "found unhashable key", key_node.start_mark
+                ) from None
+            mapping[key] = self.construct_object(value_node, deep=deep)
+        return mapping
+
+
+Loader.add_constructor(KUBE_PLAIN, lambda loader, node: go_plain(node.value))
 
 
 Problem = Callable[[str], None]  # told "file:line: what is wrong"; the stream goes on
@@ -127,7 +151,7 @@ class _YamlProblem(Exception):
 
 def _documents(stream: IO[str], name: str, notes: Problem) -> Iterator[Item]:
     try:
-        for index, document in enumerate(yaml.load_all(stream, Loader=Loader)):
+        for index, document in enumerate(Documents(stream, Loader)):
             yield from _unpack(document, name, index, notes)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)

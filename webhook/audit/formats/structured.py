@@ -30,7 +30,9 @@ def object_entry(result: ObjectResult) -> dict[str, Any]:
     }
     if result.patch:
         entry["patch"] = result.patch
-        entry["diff"] = result.diff()
+        diff = result.diff()
+        if diff:  # not with --no-diff
+            entry["diff"] = diff
     return entry
 
 

@@ -1,0 +1,230 @@
+"""A faster way to the same Python objects as the reference loader (sources.Loader), document by document.
+
+Profiling `audit` showed most of its time in PyYAML: libyaml scans and composes in C, but
+every scalar then goes through the pure-Python resolver (a regex walk per value) and the
+pure-Python constructor (several method calls per node). Here libyaml still composes the
+node tree (so marks, anchors and errors are libyaml's), but:
+
+- the resolver only says "plain" or "quoted" (no regexes), and
+- one tight recursive function builds the objects; a plain scalar is resolved by the reference
+  resolver and constructor once per distinct text and then looked up (keys and most values
+  repeat across objects: `apiVersion`, `name`, `nvidia.com/gpu`, `"1"`).
+
+Anything uncommon (an explicit tag such as `!!binary` or `!!set`, a merge key `<<`, an
+unhashable key) leaves the fast path for that document: its plain nodes get their real tags
+back and the reference constructor builds it, so the result is the reference loader's by
+construction. tests/audit/test_yaml_compat.py holds the corpus that proves both loaders agree,
+and what kubectl (sigs.k8s.io/yaml over go-yaml) makes of each case.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import IO, Any
+
+from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+
+_PLAIN = "?plain"  # a tag no YAML document can spell: "resolve me from the text"
+_STR = "tag:yaml.org,2002:str"
+_MAP = "tag:yaml.org,2002:map"
+_SEQ = "tag:yaml.org,2002:seq"
+_MISS = object()
+_CACHE_LIMIT = 1 << 13  # distinct plain scalars remembered; reset when full (memory stays flat)
+
+
+KUBE_PLAIN = "!gpu-webhook/kube-plain"  # the reference loader's tag for every plain scalar but `<<`
+_MERGE = "tag:yaml.org,2002:merge"
+
+# kubectl reads YAML with sigs.k8s.io/yaml, which resolves plain scalars with go-yaml v2's rules
+# (gopkg.in/yaml.v2 v2.4.0 resolve.go, `resolveMapList` and `resolve()`), not YAML 1.2 and not
+# PyYAML's YAML 1.1 regexes: y/n are booleans, `1e3` is a float, `0o17` an int, `08` a float.
+_GO_WORDS: dict[str, Any] = {
+    **dict.fromkeys(("y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"), True),
+    **dict.fromkeys(("n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"), False),
+    **dict.fromkeys(("", "~", "null", "Null", "NULL"), None),
+    **dict.fromkeys((".nan", ".NaN", ".NAN"), math.nan),
+    **dict.fromkeys((".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"), math.inf),
+    **dict.fromkeys(("-.inf", "-.Inf", "-.INF"), -math.inf),
+}
+# strconv.ParseInt(s, 0, 64) after go-yaml removed every "_": sign, then 0x / 0o / 0b / 0 (octal) / decimal
+_GO_INT = re.compile(r"([-+]?)(0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+|0[0-7]*|[1-9][0-9]*)")
+_GO_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")  # yamlStyleFloat
+_INT64 = range(-(1 << 63), 1 << 64)  # ParseInt, then ParseUint
+
+
+def go_plain(text: str) -> Any:
+    """The value go-yaml v2 gives a plain scalar decoded into interface{} (what kubectl then sends as JSON).
+
+    Timestamps stay strings: go-yaml v2 decode.go sets "timestamp-like values" into interface{}
+    as the string "for backward compatibility".
+    """
+    if text in _GO_WORDS:
+        return _GO_WORDS[text]
+    first = text[0]
+    if first == ".":
+        return float(text) if _GO_FLOAT.fullmatch(text) else text
+    if not (first.isdigit() and first.isascii()) and first not in "+-":
+        return text
+    plain = text.replace("_", "")
+    number = _GO_INT.fullmatch(plain)
+    if number:
+        sign, digits = number.groups()
+        if digits[:2] in ("0o", "0O"):
+            value = int(digits[2:], 8)
+        elif len(digits) > 1 and digits[0] == "0" and digits[1] in "01234567":
+            value = int(digits, 8)  # a leading 0 is octal, as in Go
+        else:
+            value = int(digits, 0)
+        value = -value if sign == "-" else value
+        if value in _INT64:
+            return value
+    if _GO_FLOAT.fullmatch(plain):
+        return float(plain)
+    return text
+
+
+def json_key(key: Any) -> Any:
+    """sigs.k8s.io/yaml turns YAML into JSON, whose keys are strings: `true:` and `1:` become "true" and "1"."""
+    if key is True or key is False:
+        return "true" if key else "false"
+    if type(key) is int:
+        return str(key)
+    return key
+
+
+class _Slow(Exception):
+    """This document needs the reference constructor."""
+
+
+def make_loader(reference: type) -> type:
+    """A loader class built on `reference` (a CSafeLoader subclass) that composes with fast tags."""
+
+    class FastLoader(reference):  # type: ignore[misc,valid-type]
+        def resolve(self, kind: type, value: Any, implicit: tuple[bool, bool]) -> str:
+            if kind is ScalarNode:
+                return _PLAIN if implicit[0] else _STR
+            return _MAP if kind is MappingNode else _SEQ
+
+        # path resolvers (unused) are entered and left around every node the composer builds:
+        # C callables that ignore their arguments instead of two Python frames per node
+        descend_resolver = staticmethod(slice)  # type: ignore[assignment]
+        ascend_resolver = staticmethod(tuple)  # type: ignore[assignment]
+
+    return FastLoader
+
+
+class Documents:
+    """Iterate the documents of a stream; values equal to the reference loader's (yaml.load_all)."""
+
+    def __init__(self, stream: IO[str] | str | bytes, reference: type) -> None:
+        self.reference = reference
+        fast = _fast_loaders.get(reference)
+        if fast is None:  # one class per reference loader, not one per file
+            fast = _fast_loaders[reference] = make_loader(reference)
+        self.loader = fast(stream)
+        # a reference instance, for resolving plain text and for documents off the fast path
+        self.slow = reference("")
+        self.cache: dict[str, Any] = _caches.setdefault(reference, {})
+
+    def __iter__(self) -> Any:
+        loader = self.loader
+        try:
+            while loader.check_node():
+                node = loader.get_node()
+                try:
+                    yield self._build(node, {})
+                except _Slow:
+                    yield self._reference(node)
+        finally:
+            loader.dispose()
+
+    def _scalar(self, text: str) -> Any:
+        cache = self.cache
+        if len(cache) >= _CACHE_LIMIT:
+            cache.clear()
+        if text == "<<":
+            raise _Slow  # a merge key: the reference constructor merges
+        value = go_plain(text)
+        cache[text] = value
+        return value
+
+    def _build(self, node: Any, shared: dict[int, Any]) -> Any:
+        kind = node.__class__
+        tag = node.tag
+        if kind is ScalarNode:
+            if tag is _PLAIN:
+                try:
+                    return self.cache[node.value]
+                except KeyError:
+                    return self._scalar(node.value)
+            if tag == _STR:
+                return node.value
+            raise _Slow
+        # an alias is the same node object again: build it once (and share it, as PyYAML does),
+        # so that a "billion laughs" document costs what it costs the reference loader
+        found = shared.get(id(node))
+        if found is not None:
+            return found
+        if kind is MappingNode:
+            if tag != _MAP:
+                raise _Slow
+            mapping: dict[Any, Any] = {}
+            shared[id(node)] = mapping
+            build = self._build
+            cache = self.cache
+            for key_node, value_node in node.value:
+                # keys and most values are plain scalars: resolved inline, without a call per node
+                if key_node.__class__ is ScalarNode and key_node.tag is _PLAIN:
+                    key = cache.get(key_node.value, _MISS)
+                    if key is _MISS:
+                        key = self._scalar(key_node.value)
+                else:
+                    key = build(key_node, shared)
+                if key.__class__ is not str:
+                    key = json_key(key)
+                try:
+                    duplicate = key in mapping
+                except TypeError:
+                    raise _Slow from None  # unhashable key: the reference constructor words the error
+                if duplicate:
+                    raise _Slow  # the reference loader reports it with its mark
+                if value_node.__class__ is ScalarNode:
+                    if value_node.tag is _PLAIN:
+                        value = cache.get(value_node.value, _MISS)
+                        mapping[key] = self._scalar(value_node.value) if value is _MISS else value
+                        continue
+                    if value_node.tag == _STR:
+                        mapping[key] = value_node.value
+                        continue
+                mapping[key] = build(value_node, shared)
+            return mapping
+        if kind is SequenceNode and tag == _SEQ:
+            sequence: list[Any] = []
+            shared[id(node)] = sequence
+            build = self._build
+            sequence.extend(build(item, shared) for item in node.value)
+            return sequence
+        raise _Slow
+
+    def _reference(self, node: Any) -> Any:
+        """Give plain nodes their real tags back and let the reference constructor build the document."""
+        seen: set[int] = set()
+        stack = [node]
+        while stack:
+            current = stack.pop()
+            if id(current) in seen:
+                continue
+            seen.add(id(current))
+            if isinstance(current, ScalarNode):
+                if current.tag is _PLAIN:
+                    current.tag = _MERGE if current.value == "<<" else KUBE_PLAIN
+            elif isinstance(current, MappingNode):
+                stack.extend(part for pair in current.value for part in pair)
+            else:
+                stack.extend(current.value)
+        return self.slow.construct_document(node)
+
+
+_fast_loaders: dict[type, type] = {}
+_caches: dict[type, dict[str, Any]] = {}
