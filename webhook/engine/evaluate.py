@@ -122,6 +122,8 @@ class _Run:
         self._largest: int | None = None  # the largest collection in the object, measured once
         self._old_run: _Run | None = None  # the same rules on oldObject, for ratcheting (UPDATE)
         self._default_class: str | None = None
+        # id of the projection trees -> projected (oldObject, request, namespaceObject)
+        self._fixed: dict[int, tuple[Any, Any, Any]] = {}
 
     # -- targets ---------------------------------------------------------------------------------
     def targets(self, rule: Rule) -> list[Target]:
@@ -361,11 +363,18 @@ class _Run:
         facts = self._target_facts(target)
         # only what the expressions read: the runtime converts each variable deeply (projection.py)
         admission = self.admission
+        fixed = self._fixed.get(id(trees))
+        if fixed is None:  # the variables mutations do not change: projected once per request
+            fixed = self._fixed[id(trees)] = (
+                project(admission.old_object, trees["oldObject"]),
+                project(admission.request, trees["request"]),
+                project(admission.namespace_object, trees["namespaceObject"]),
+            )
         variables = {
             "object": project(admission.object if admission.object is None else self.working, trees["object"]),
-            "oldObject": project(admission.old_object, trees["oldObject"]),
-            "request": project(admission.request, trees["request"]),
-            "namespaceObject": project(admission.namespace_object, trees["namespaceObject"]),
+            "oldObject": fixed[0],
+            "request": fixed[1],
+            "namespaceObject": fixed[2],
             "params": params,  # None in the shared activation: each expression there binds its own
             "podSpec": project(facts.pod_specs[0], trees["podSpec"]) if len(facts.pod_specs) == 1 else None,
             "podSpecs": facts.pod_specs,
