@@ -9,6 +9,7 @@ spends, without TLS, HTTP and the network. Two scrapes around a load give that l
 
 from __future__ import annotations
 
+import os
 import re
 import urllib.request
 from dataclasses import dataclass, field
@@ -78,3 +79,10 @@ def summary(before: dict[str, Histogram], after: dict[str, Histogram], endpoint:
     delta = between(before.get(endpoint), after[endpoint])
     mean = delta.total / delta.count if delta.count else float("nan")
     return {"requests": delta.count, "mean_ms": mean * 1e3, "p99_ms": quantile(delta, 0.99) * 1e3}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (/proc/PID/stat utime and stime)."""
+    with open(f"/proc/{pid}/stat") as file:
+        fields = file.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

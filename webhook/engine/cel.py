@@ -109,9 +109,9 @@ class CelEnvironment:
         self._params_literal: str | None = None  # set only while a rule's expressions compile
         self._paths: list[Mapping[str, frozenset[tuple[str, ...]]]] = []  # read by each compiled expression
         self._projection: dict[str, projection.Tree] | None = None
-        # the projection of each candidate-rule tuple of the rule sets built on this environment
-        # (evaluate.py), keyed by the tuple's id; the tuple is kept in the value so its id stays its own
-        self.projections: dict[int, tuple[Any, Any]] = {}
+        # the projection of each candidate-rule tuple of the rule sets built on this environment, per
+        # phase (evaluate.py), keyed by the tuple's id; the tuple is kept in the value so its id stays its own
+        self.projections: dict[tuple[int, Any], tuple[Any, Any]] = {}
         dyn = cel.Type.DYN
         variables = {name: dyn for name in (*VARIABLES, *TARGET_VARIABLES)}
         variables["targetGpuCount"] = cel.Type.INT

@@ -70,7 +70,7 @@ def evaluate(
     candidates = ruleset.candidates(kind, admission.operation)
     if not candidates:
         return decision
-    run = _Run(ruleset, admission, decision, mode, trace, limits, _projection(ruleset, candidates))
+    run = _Run(ruleset, admission, decision, mode, trace, limits, _projection(ruleset, candidates, phase))
     if phase != Phase.VALIDATE and admission.object is not None:
         for rule in candidates:
             if rule.mutations:
@@ -468,24 +468,29 @@ class _Projection:
     covered: frozenset[int]  # ids of the expressions the trees were computed from
 
 
-def rule_expressions(rule: Rule) -> list[CompiledExpression]:
-    """Every CEL expression of a rule: its match condition, validation, message and mutations."""
-    found = [e for e in (rule.match.condition, rule.validate and rule.validate.expression) if e is not None]
-    if rule.validate is not None and rule.validate.message_expression is not None:
-        found.append(rule.validate.message_expression)
-    found.extend(e for mutation in rule.mutations for e in mutation_expressions(mutation))
+def rule_expressions(rule: Rule, phase: Phase = Phase.ALL) -> list[CompiledExpression]:
+    """The CEL expressions of a rule that run in `phase`: match condition, mutations, validation, message."""
+    validation = rule.validate if phase != Phase.MUTATE else None
+    mutations = rule.mutations if phase != Phase.VALIDATE else ()
+    if validation is None and not mutations:
+        return []
+    found = [e for e in (rule.match.condition, validation and validation.expression) if e is not None]
+    if validation is not None and validation.message_expression is not None:
+        found.append(validation.message_expression)
+    found.extend(e for mutation in mutations for e in mutation_expressions(mutation))
     return found
 
 
-def _projection(ruleset: RuleSet, candidates: tuple[Rule, ...]) -> _Projection:
-    """The projection for these candidates, computed once per rule set and (kind, operation)."""
+def _projection(ruleset: RuleSet, candidates: tuple[Rule, ...], phase: Phase) -> _Projection:
+    """The projection for these candidates in this phase, computed once per rule set, (kind, operation), phase."""
     cache = ruleset.env.projections
-    found = cache.get(id(candidates))
+    key = (id(candidates), phase)
+    found = cache.get(key)
     if found is not None and found[0] is candidates:
         return found[1]
-    expressions = [e for rule in candidates for e in rule_expressions(rule)]
+    expressions = [e for rule in candidates for e in rule_expressions(rule, phase)]
     projection = _Projection(merge(e.paths for e in expressions), frozenset(id(e) for e in expressions))
-    cache[id(candidates)] = (candidates, projection)
+    cache[key] = (candidates, projection)
     return projection
 
 
