@@ -129,7 +129,7 @@ def _real_path(r: dict[str, Any]) -> list[str]:
         "Compare with apiserver_admission_webhook_admission_duration_seconds (docs/performance.md).",
         "",
         "| server | /mutate mean | /mutate p99 | /validate mean | /validate p99 | create (both, mean) "
-        "| create, process CPU per request | /mutate req/s | /validate req/s |",
+        "| create, process CPU | /mutate req/s | /validate req/s |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, figures in found.items():
