@@ -175,12 +175,35 @@ def namespace(name: str = "team-a") -> dict[str, Any]:
     }
 
 
+def defaulted_object(obj: dict[str, Any], validating: bool = False) -> dict[str, Any]:
+    """Any other kind as a webhook receives it: with managedFields (and a uid once validating).
+
+    Its pod templates are left as written: the apiserver defaults them too, but the Pod is the
+    object every GPU workload ends in, and the one each of its creates is measured on.
+    """
+    out = copy.deepcopy(obj)
+    metadata = out["metadata"]
+    metadata["managedFields"] = _managed_fields(
+        "kubectl-create",
+        "Update",
+        {
+            "f:metadata": _fields_v1({k: v for k, v in metadata.items() if k == "labels"}),
+            "f:spec": _fields_v1(out.get("spec", {})),
+        },
+    )
+    if validating:
+        metadata["uid"] = str(uuid.uuid4())
+        metadata["creationTimestamp"] = "2026-11-23T09:00:00Z"
+    return out
+
+
 def review(pod: dict[str, Any], validating: bool = False) -> dict[str, Any]:
-    """The AdmissionReview for creating `pod`, as the apiserver sends it to one webhook phase."""
-    obj = defaulted_pod(pod, validating)
+    """The AdmissionReview for creating `pod` (or another kind), as the apiserver sends it to one phase."""
+    obj = defaulted_pod(pod, validating) if pod["kind"] == "Pod" else defaulted_object(pod, validating)
     metadata = obj["metadata"]
-    gvk = {"group": "", "version": "v1", "kind": "Pod"}
-    gvr = {"group": "", "version": "v1", "resource": "pods"}
+    group, _, version = obj["apiVersion"].rpartition("/")
+    gvk = {"group": group, "version": version, "kind": obj["kind"]}
+    gvr = {"group": group, "version": version, "resource": obj["kind"].lower() + "s"}
     return {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",

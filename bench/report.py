@@ -17,7 +17,11 @@ def markdown(r: dict[str, Any]) -> str:
         f"Machine: {m['nproc']} CPUs, {m['cpu_model']}, Python {m['python']}; event loop: {r['loop']}; "
         f"{'quick' if r['quick'] else 'full'} run; load average at start {load} "
         f"(end {', '.join(_f(x) for x in m.get('loadavg_at_end', []))}).",
-        "",
+    ]
+    lines += _real_path(r)
+    if "open_loop" not in r:  # --real-path-only
+        return "\n".join(lines) + "\n"
+    lines += [
         "### Open loop: GPU pod, /mutate, one worker (latency from the intended send time, ms)",
         "",
         "| offered req/s | floor p50 | floor p99 | gpu-webhook p50 | gpu-webhook p99 | gpu-webhook max "
@@ -109,6 +113,42 @@ def markdown(r: dict[str, Any]) -> str:
         f"(default pack), floor {r['rss_mib_floor']:.1f} MiB.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _real_path(r: dict[str, Any]) -> list[str]:
+    """The handler-time histogram's mean and p99 per endpoint: what the apiserver waits on, minus the network."""
+    found = r.get("real_path")
+    if not found:
+        return [""]
+    lines = [
+        "",
+        "### A real pod create: the server's handler time (gpu_webhook_request_duration_seconds, ms)",
+        "",
+        "Apiserver-shaped GPU pod (defaulted, managedFields, userInfo; the validating phase's object after the "
+        "registry), namespace cache on; one worker pinned to one CPU under a closed loop, best repeat by mean. "
+        "Compare with apiserver_admission_webhook_admission_duration_seconds (docs/performance.md).",
+        "",
+        "| server | /mutate mean | /mutate p99 | /validate mean | /validate p99 | create (both, mean) "
+        "| create, process CPU | /mutate req/s | /validate req/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, figures in found.items():
+        mutate, validate = figures["mutate"], figures["validate"]
+        lines.append(
+            f"| {name} | {_f(mutate['mean_ms'], 3)} | {_f(mutate['p99_ms'], 3)} | {_f(validate['mean_ms'], 3)} | "
+            f"{_f(validate['p99_ms'], 3)} | {_f(figures['create_mean_ms'], 3)} | {_f(figures['create_cpu_ms'], 3)} | "
+            f"{mutate['achieved_rps']:.0f} | "
+            f"{validate['achieved_rps']:.0f} |"
+        )
+    if "before" in found and "after" in found:
+        ratio = found["after"]["create_mean_ms"] / found["before"]["create_mean_ms"]
+        cpu = found["after"]["create_cpu_ms"] / found["before"]["create_cpu_ms"]
+        lines += [
+            "",
+            f"after / before: mean handler time {_f(ratio)}, process CPU per create {_f(cpu)} "
+            f"(before = {r.get('before')}).",
+        ]
+    return [*lines, ""]
 
 
 def _pair_header() -> list[str]:

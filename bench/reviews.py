@@ -12,6 +12,8 @@ from typing import Any
 
 import orjson
 
+from bench import apiserver
+
 
 def container(index: int, gpus: int = 0, env: int = 6) -> dict[str, Any]:
     resources: dict[str, Any] = {
@@ -129,10 +131,26 @@ WORKLOADS: dict[str, Any] = {
 }
 
 
-def bodies(workload: str) -> list[bytes]:
-    """Serialised reviews for one workload (or every one for "mix"), each with its own uid."""
-    names = list(WORKLOADS) if workload == "mix" else [workload]
-    return [orjson.dumps(review(WORKLOADS[name]())) for name in names for _ in range(4)]
+def bodies(workload: str, endpoint: str = "mutate") -> list[bytes]:
+    """Serialised reviews for one workload (or every one for "mix"), each with its own uid.
+
+    By default shaped as a kube-apiserver sends them to `endpoint` (bench/apiserver.py: defaulted,
+    with managedFields, userInfo and options; the validating phase's object has been through the
+    registry). A `plain-` prefix ("plain-gpu-pod", "plain-mix") gives the objects as users write
+    them, the figures before issue 14.
+    """
+    plain = workload.startswith("plain-")
+    name = workload.removeprefix("plain-")
+    names = list(WORKLOADS) if name == "mix" else [name]
+    if plain:
+        return [orjson.dumps(review(WORKLOADS[n]())) for n in names for _ in range(4)]
+    validating = endpoint == "validate"
+    return [orjson.dumps(apiserver.review(WORKLOADS[n](), validating)) for n in names for _ in range(4)]
+
+
+def namespace() -> dict[str, Any]:
+    """The tenant Namespace every workload is created in, as the server's watch cache holds it."""
+    return apiserver.namespace("team-a")
 
 
 def write_generated_rules(directory: Path, total: int, matching: int) -> Path:

@@ -21,12 +21,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import micro, profile
+from bench import cluster, handler_time, micro, profile
 from bench.loadgen import run_closed_loop, run_open_loop
 from bench.reviews import bodies, write_generated_rules
 from bench.wrk import available as wrk_available
@@ -49,6 +50,7 @@ class Running:
     name: str
     process: subprocess.Popen[bytes]
     port: int
+    ca: str = ""  # the CA file that verifies its certificate
 
     def url(self, endpoint: str = "mutate") -> str:
         return f"https://127.0.0.1:{self.port}/{endpoint}"
@@ -85,23 +87,39 @@ def _wait_ready(port: int, ca_file: str, timeout: float = 30.0) -> None:
 
 @contextlib.contextmanager
 def server(
-    kind: str, certs: Path, rules: Path | None = None, workers: int = 1, loop: str | None = None
+    kind: str,
+    certs: Path,
+    rules: Path | None = None,
+    workers: int = 1,
+    loop: str | None = None,
+    *,
+    repo: Path = REPO,
+    kubeconfig: Path | None = None,
+    metrics_port: int | None = None,
 ) -> Iterator[Running]:
+    """One server process. `repo`: run gpu-webhook's code from another checkout (the "before" of a
+    comparison); `kubeconfig`: its namespace watch (bench.cluster); `metrics_port`: its /metrics."""
     port = free_port()
     if kind == "noop":
         command = [sys.executable, "-m", "bench.noop_server", "--port", str(port), "--cert-dir", str(certs)]
     else:
         command = [sys.executable, "-m", "webhook.cli", "serve", "--port", str(port), "--cert-dir", str(certs)]
         command += ["--rules", str(rules or REPO / "rules"), "--log-level", "warning"]
+        if kubeconfig is not None:
+            command += ["--namespaces", "watch", "--kubeconfig", str(kubeconfig)]
+        if metrics_port is not None:
+            command += ["--metrics-port", str(metrics_port)]
     if workers > 1:
         command += ["--workers", str(workers)]
     command += ["--loop", loop]
     pin = workers == 1 and len(os.sched_getaffinity(0)) >= 2
     preexec = (lambda: os.sched_setaffinity(0, {SERVER_CPU})) if pin else None
-    process = subprocess.Popen(command, cwd=REPO, preexec_fn=preexec, stdout=subprocess.DEVNULL)
+    env = dict(os.environ, PYTHONPATH=str(repo)) if kind != "noop" else None
+    cwd = repo if kind != "noop" else REPO
+    process = subprocess.Popen(command, cwd=cwd, preexec_fn=preexec, stdout=subprocess.DEVNULL, env=env)
     try:
         _wait_ready(port, str(certs / CA_FILE))
-        yield Running(kind, process, port)
+        yield Running(kind, process, port, str(certs / CA_FILE))
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -117,7 +135,7 @@ def closed(
     if wrk_available():
         cpus = str(CLIENT_CPU) if threads == 1 else None
         return run_wrk(running.url(endpoint), workload, 16, duration, threads=threads, cpus=cpus)
-    return run_closed_loop(running.url(endpoint), "", workload, 16, duration, cpu=CLIENT_CPU)
+    return run_closed_loop(running.url(endpoint), running.ca, workload, 16, duration, cpu=CLIENT_CPU)
 
 
 def machine() -> dict[str, Any]:
@@ -148,7 +166,67 @@ def _pair(noop: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
     return {"noop": noop, "gpu-webhook": ours, "ratio": ours["achieved_rps"] / noop["achieved_rps"]}
 
 
-def run(quick: bool, loop: str) -> dict[str, Any]:
+def _wait_http_ready(port: int, timeout: float = 30.0) -> None:
+    """Until /readyz answers 200: the rules are loaded and the namespace watch has synced."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"metrics port {port} not ready within {timeout:.0f}s")
+
+
+def real_path(tmp: Path, certs: Path, loop: str, before: Path | None, duration: float, repeats: int) -> dict[str, Any]:
+    """A real pod create's cost, from the servers' own handler-time histogram.
+
+    The apiserver-shaped GPU pod (bench/apiserver.py) to /mutate, then its validating-phase
+    review to /validate, with the namespace cache on (bench/cluster.py). With `before` (another
+    checkout, e.g. main), its server runs beside this one, and every load alternates between
+    them, so the two are measured under the same neighbours. Best repeat by mean.
+    """
+    variants = {"before": before, "after": REPO} if before is not None else {"after": REPO}
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {name: {"mutate": [], "validate": []} for name in variants}
+    with cluster.stand_in(tmp) as kubeconfig, contextlib.ExitStack() as stack:
+        servers = {}
+        for name, repo in variants.items():
+            port = free_port()
+            running = stack.enter_context(
+                server("gpu-webhook", certs, loop=loop, repo=repo, kubeconfig=kubeconfig, metrics_port=port)
+            )
+            _wait_http_ready(port)
+            servers[name] = (running, port)
+        for _ in range(repeats):
+            for endpoint in ("mutate", "validate"):
+                workload = bodies("gpu-pod", endpoint)
+                for name, (running, port) in servers.items():
+                    first, cpu_first = handler_time.scrape(port), handler_time.cpu_seconds(running.process.pid)
+                    load = closed(running, workload, duration, endpoint)
+                    last, cpu_last = handler_time.scrape(port), handler_time.cpu_seconds(running.process.pid)
+                    figures = handler_time.summary(first, last, endpoint)
+                    # the process's CPU time per request: TLS, HTTP and handler, without the waits
+                    # a loaded machine adds to the wall clock
+                    figures["cpu_ms_per_request"] = (cpu_last - cpu_first) / max(figures["requests"], 1) * 1e3
+                    figures.update(achieved_rps=load["achieved_rps"], client_p99_ms=load["p99_ms"])
+                    runs[name][endpoint].append(figures)
+    out: dict[str, Any] = {}
+    for name, endpoints in runs.items():
+        best = {endpoint: min(found, key=lambda f: f["mean_ms"]) for endpoint, found in endpoints.items()}
+        best["create_mean_ms"] = best["mutate"]["mean_ms"] + best["validate"]["mean_ms"]  # type: ignore[assignment]
+        best["create_cpu_ms"] = min(f["cpu_ms_per_request"] for f in endpoints["mutate"]) + min(  # type: ignore[assignment]
+            f["cpu_ms_per_request"] for f in endpoints["validate"]
+        )
+        best["repeats"] = endpoints  # type: ignore[assignment]
+        out[name] = best
+        print(
+            f"  {name:6} /mutate mean {best['mutate']['mean_ms']:.3f} p99 {best['mutate']['p99_ms']:.3f}  "
+            f"/validate mean {best['validate']['mean_ms']:.3f} p99 {best['validate']['p99_ms']:.3f}  "
+            f"create {best['create_mean_ms']:.3f} ms (CPU {best['create_cpu_ms']:.3f} ms)",
+            flush=True,
+        )
+    return out
+
+
+def run(quick: bool, loop: str, before: Path | None = None, only_real_path: bool = False) -> dict[str, Any]:
     duration = 4.0 if quick else 6.0
     short = 3.0 if quick else 5.0
     repeats = 1 if quick else 2
@@ -158,6 +236,14 @@ def run(quick: bool, loop: str) -> dict[str, Any]:
         certs = Path(tmp) / "certs"
         write_bundle(generate_bundle(["localhost"], ["127.0.0.1"]), certs)
         ca = str(certs / CA_FILE)
+        print("== a real pod create: handler time from the server's histogram (apiserver-shaped, namespace on)")
+        results["real_path"] = real_path(Path(tmp), certs, loop, before, short, repeats + 1)
+        if before is not None:
+            results["before"] = str(before)
+        if only_real_path:
+            results["machine"]["loadavg_at_end"] = os.getloadavg()
+            results["finished"] = time.time()
+            return results
         gpu = bodies("gpu-pod")
         # Both servers run side by side (the idle one costs nothing) and every point is
         # measured for the floor and gpu-webhook back to back, so both see the same neighbours.
@@ -181,8 +267,8 @@ def run(quick: bool, loop: str) -> dict[str, Any]:
             print("== closed loop (max req/s, one worker)", flush=True)
             max_rps: dict[str, dict[str, Any]] = {}
             for name in ("gpu-pod", "cpu-pod", "job", "pytorchjob", "mix"):
-                workload = bodies(name)
                 for endpoint in ("mutate", "validate"):
+                    workload = bodies(name, endpoint)
                     key = f"{name} /{endpoint}"
                     max_rps[key] = _pair(
                         closed(noop, workload, short, endpoint), closed(ours, workload, short, endpoint)
@@ -200,7 +286,8 @@ def run(quick: bool, loop: str) -> dict[str, Any]:
                 for endpoint in ("mutate", "validate"):
                     key = f"{count} /{endpoint}"
                     containers[key] = _pair(
-                        closed(noop, bodies(name), short, endpoint), closed(ours, bodies(name), short, endpoint)
+                        closed(noop, bodies(name, endpoint), short, endpoint),
+                        closed(ours, bodies(name, endpoint), short, endpoint),
                     )
                     print(f"  {key:12} ratio {containers[key]['ratio']:.2f}", flush=True)
             results["rss_mib_default_pack"] = ours.peak_rss_mib()
@@ -249,6 +336,9 @@ def run(quick: bool, loop: str) -> dict[str, Any]:
         name: micro.stage_costs(ruleset, bodies(name)[0], iterations)
         for name in ("gpu-pod", "cpu-pod", "gpu-pod-10c", "job", "pytorchjob")
     }
+    results["micro_handler"] = {
+        name: micro.handler_costs(ruleset, name, iterations) for name in ("gpu-pod", "cpu-pod", "plain-gpu-pod")
+    }
     results["breakdown"] = {
         name: micro.evaluate_breakdown(ruleset, bodies(name)[0], iterations) for name in ("gpu-pod", "gpu-pod-10c")
     }
@@ -267,16 +357,24 @@ def main() -> int:
         default="auto",
         help="event loop of both servers (auto: as serve)",
     )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="another checkout (e.g. `git worktree add /tmp/main main`): its server runs beside this one "
+        "in the real-path section, for before/after figures from the same run",
+    )
+    parser.add_argument("--real-path-only", action="store_true", help="measure only the real pod create (~1 minute)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    results = run(args.quick, args.loop)
+    results = run(args.quick, args.loop, args.before, args.real_path_only)
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     (args.out / f"{stamp}.json").write_text(json.dumps(results, indent=2))
     from bench.report import markdown, plot  # matplotlib only when reporting
 
     (args.out / f"{stamp}.md").write_text(markdown(results))
-    plot(results, args.out / f"{stamp}-latency.png")
+    if "open_loop" in results:
+        plot(results, args.out / f"{stamp}-latency.png")
     print(markdown(results))
     print(f"wrote {args.out / stamp}.json, .md, -latency.png")
     return 0

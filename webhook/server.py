@@ -32,6 +32,7 @@ from webhook.engine.model import AdmissionInput, Limits
 from webhook.memory import settle, trim_periodically
 from webhook.metrics import Metrics
 from webhook.offload import Offload
+from webhook.recorder import ReviewRecorder
 from webhook.reload import CertificateStore, RuleStore, watch
 
 log = logging.getLogger("gpu_webhook.server")
@@ -101,6 +102,9 @@ class ServerConfig:
     # once, reading, queued or evaluating; more get a 429 at once, so a flood of 3 MiB bodies
     # holds at most ~48 MiB of bodies (only the one being evaluated is parsed).
     max_large_requests: int = 16
+    # serve --record-reviews: write received AdmissionReviews here (debugging aid; webhook.recorder)
+    record_reviews: str | None = None
+    record_reviews_max: int = 100
 
 
 @dataclass
@@ -116,6 +120,7 @@ class ServerState:
     large_in_progress: int = 0
     offload: Offload = field(default_factory=Offload)
     background: list[asyncio.Task[Any]] = field(default_factory=list)
+    recorder: ReviewRecorder | None = None
 
 
 STATE = web.AppKey("state", ServerState)
@@ -189,6 +194,8 @@ def _admission_handler(phase: Phase, endpoint: str) -> Callable[[web.Request], A
             # the client went away mid-body (nginx calls this 499): nothing to answer, nothing broken here
             state.metrics.rejected.labels("499").inc()
             return _problem(400, "client closed the connection before sending the whole body")
+        if state.recorder is not None:
+            state.recorder.record(endpoint, body)
         ruleset = state.rules.ruleset
         if ruleset is None:
             state.metrics.rejected.labels("503").inc()
@@ -310,6 +317,8 @@ class Server:
         certs = CertificateStore(cert_dir=config.cert_dir, context=context, metrics=self.metrics)
         certs.load()
         self.state = ServerState(config=config, rules=rules, certs=certs, metrics=self.metrics, namespaces=namespaces)
+        if config.record_reviews:
+            self.state.recorder = ReviewRecorder(Path(config.record_reviews), config.record_reviews_max)
         self._runners: list[web.AppRunner] = []
         self._site: GuardedSite | None = None
         self.port = config.port

@@ -87,6 +87,19 @@ def register(commands: argparse._SubParsersAction) -> None:
         default="auto",
         help="event loop; auto uses uvloop when installed (pip install 'gpu-webhook[fast]')",
     )
+    parser.add_argument(
+        "--record-reviews",
+        metavar="DIR",
+        help="debugging aid: write the AdmissionReviews received to DIR as they arrive (files 0600; they hold "
+        "the objects' contents and the requesting user: record in a test cluster, then delete them)",
+    )
+    parser.add_argument(
+        "--record-reviews-max",
+        type=int,
+        default=100,
+        metavar="N",
+        help="stop recording after N reviews (or 64 MiB) per process (default 100)",
+    )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.set_defaults(run=run)
 
@@ -162,6 +175,8 @@ def run(args: argparse.Namespace) -> int:
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,
         reuse_port=args.workers > 1,
+        record_reviews=args.record_reviews,
+        record_reviews_max=args.record_reviews_max,
     )
     if args.workers == 1:
         return _serve(config, args)

@@ -14,13 +14,13 @@ import contextlib
 import math
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_strings
 
-from . import celhelpers
+from . import celhelpers, projection
 from .quantity import QuantityError, parse_quantity, quantity_of
 from .resources import Accelerators
 
@@ -86,6 +86,8 @@ class CompiledExpression:
     # True when the rule's params are compiled in as a constant (CelEnvironment.rule_params):
     # the expression then runs on the activation shared by every rule of a request.
     params_bound: bool = False
+    # The fields of object, oldObject, namespaceObject, request and podSpec the program can read (read_paths)
+    paths: Mapping[str, frozenset[tuple[str, ...]]] = field(default_factory=dict)
 
     def evaluate(self, activation: Any) -> Any:
         try:
@@ -105,6 +107,11 @@ class CelEnvironment:
     def __init__(self, accelerators: Accelerators) -> None:
         self.accelerators = accelerators
         self._params_literal: str | None = None  # set only while a rule's expressions compile
+        self._paths: list[Mapping[str, frozenset[tuple[str, ...]]]] = []  # read by each compiled expression
+        self._projection: dict[str, projection.Tree] | None = None
+        # the projection of each candidate-rule tuple of the rule sets built on this environment, per
+        # phase (evaluate.py), keyed by the tuple's id; the tuple is kept in the value so its id stays its own
+        self.projections: dict[tuple[int, Any], tuple[Any, Any]] = {}
         dyn = cel.Type.DYN
         variables = {name: dyn for name in (*VARIABLES, *TARGET_VARIABLES)}
         variables["targetGpuCount"] = cel.Type.INT
@@ -202,15 +209,40 @@ class CelEnvironment:
             # form not compile, the plain one below still runs (on a per-rule activation).
             with contextlib.suppress(RuntimeError):
                 bound = self._env.compile(f"cel.bind(params, dyn({self._params_literal}), {source}\n)")
-                return CompiledExpression(text, bound, references, result_type, params_bound=True)
+                return self._compiled(text, bound, references, result_type, source, params_bound=True)
         try:
             program = self._env.compile(source) if source != text else checked
         except RuntimeError:
-            program, references = (
+            program, source, references = (
                 checked,
+                text,
                 frozenset(n for n in (*VARIABLES, *TARGET_VARIABLES) if re.search(rf"\b{n}\b", text)),
             )
-        return CompiledExpression(text, program, references, result_type)
+        return self._compiled(text, program, references, result_type, source)
+
+    def _compiled(
+        self,
+        text: str,
+        program: Any,
+        references: frozenset[str],
+        result_type: str,
+        source: str,
+        params_bound: bool = False,
+    ) -> CompiledExpression:
+        paths = projection.read_paths(source)  # of the text that runs
+        self._paths.append(paths)
+        self._projection = None
+        return CompiledExpression(text, program, references, result_type, params_bound, paths)
+
+    def projection_trees(self) -> dict[str, projection.Tree]:
+        """Root variable -> the projection tree every expression compiled here needs (projection.py).
+
+        Any expression compiled in this environment counts, so the trees only ever grow: a rule
+        set's activations are never handed less than one of its expressions reads.
+        """
+        if self._projection is None:
+            self._projection = projection.merge(self._paths)
+        return self._projection
 
     def activation(self, variables: Mapping[str, Any]) -> Any:
         return self._env.Activation(variables)

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from .cel import CelEvaluationError, CompiledExpression
+from .loader import _mutation_expressions as mutation_expressions  # the loader's list, for references too
 from .model import (
     DEFAULT_LIMITS,
     NO_NAMESPACE_CONTEXT,
@@ -36,6 +37,7 @@ from .model import (
 from .mutate import MutationContext, MutationError
 from .patch import PatchConflict, Patcher
 from .pointer import to_pointer
+from .projection import Tree, merge, project
 from .quantity import quantity_of
 from .resources import NO_CLAIMS, Accelerators, PodClaims
 from .ruleset import RuleSet
@@ -68,7 +70,7 @@ def evaluate(
     candidates = ruleset.candidates(kind, admission.operation)
     if not candidates:
         return decision
-    run = _Run(ruleset, admission, decision, mode, trace, limits)
+    run = _Run(ruleset, admission, decision, mode, trace, limits, _projection(ruleset, candidates, phase))
     if phase != Phase.VALIDATE and admission.object is not None:
         for rule in candidates:
             if rule.mutations:
@@ -88,9 +90,17 @@ class _Run:
     """The state of one evaluation: the working copy, its patcher, and cached targets."""
 
     def __init__(
-        self, ruleset: RuleSet, admission: AdmissionInput, decision: Decision, mode: Mode, trace: bool, limits: Limits
+        self,
+        ruleset: RuleSet,
+        admission: AdmissionInput,
+        decision: Decision,
+        mode: Mode,
+        trace: bool,
+        limits: Limits,
+        projection: _Projection,
     ) -> None:
         self.ruleset = ruleset
+        self.projection = projection
         self.admission = admission
         self.decision = decision
         self.mode = mode
@@ -112,6 +122,8 @@ class _Run:
         self._largest: int | None = None  # the largest collection in the object, measured once
         self._old_run: _Run | None = None  # the same rules on oldObject, for ratcheting (UPDATE)
         self._default_class: str | None = None
+        # id of the projection trees -> projected (oldObject, request, namespaceObject)
+        self._fixed: dict[int, tuple[Any, Any, Any]] = {}
 
     # -- targets ---------------------------------------------------------------------------------
     def targets(self, rule: Rule) -> list[Target]:
@@ -199,7 +211,7 @@ class _Run:
         """The messages this rule gives the old object's target of the same name (none if it errs)."""
         if self._old_run is None:
             old = replace(self.admission, object=self.admission.old_object, old_object=None)
-            self._old_run = _Run(self.ruleset, old, Decision(), self.mode, False, self.limits)
+            self._old_run = _Run(self.ruleset, old, Decision(), self.mode, False, self.limits, self.projection)
         run = self._old_run
         assert rule.validate is not None
         for old_target in run.targets(rule):
@@ -332,24 +344,39 @@ class _Run:
         converted once per request (and per state of the working copy), not once per rule.
         """
         self._check_limits(target)
+        if id(expression) not in self.projection.covered:
+            # not an expression of the candidate rules (cannot happen with rules from the loader):
+            # the projection for every expression compiled in this environment still covers it
+            trees = self.ruleset.env.projection_trees()
+            return _evaluate(expression, self._activation(target, rule.params, rule.references, trees))
         if not expression.params_bound:
-            return _evaluate(expression, self._activation(target, rule.params, rule.references))
+            activation = self._activation(target, rule.params, rule.references, self.projection.trees)
+            return _evaluate(expression, activation)
         version = self._version()
         cached = self._activations.get(target.root)
         if cached is None or cached[0] != version:
-            cached = (version, self._activation(target, None, self.ruleset.references))
+            cached = (version, self._activation(target, None, self.ruleset.references, self.projection.trees))
             self._activations[target.root] = cached
         return _evaluate(expression, cached[1])
 
-    def _activation(self, target: Target, params: Any, references: frozenset[str]) -> Any:
+    def _activation(self, target: Target, params: Any, references: frozenset[str], trees: Mapping[str, Tree]) -> Any:
         facts = self._target_facts(target)
+        # only what the expressions read: the runtime converts each variable deeply (projection.py)
+        admission = self.admission
+        fixed = self._fixed.get(id(trees))
+        if fixed is None:  # the variables mutations do not change: projected once per request
+            fixed = self._fixed[id(trees)] = (
+                project(admission.old_object, trees["oldObject"]),
+                project(admission.request, trees["request"]),
+                project(admission.namespace_object, trees["namespaceObject"]),
+            )
         variables = {
-            "object": self.admission.object if self.admission.object is None else self.working,
-            "oldObject": self.admission.old_object,
-            "request": self.admission.request,
-            "namespaceObject": self.admission.namespace_object,
+            "object": project(admission.object if admission.object is None else self.working, trees["object"]),
+            "oldObject": fixed[0],
+            "request": fixed[1],
+            "namespaceObject": fixed[2],
             "params": params,  # None in the shared activation: each expression there binds its own
-            "podSpec": facts.pod_specs[0] if len(facts.pod_specs) == 1 else None,
+            "podSpec": project(facts.pod_specs[0], trees["podSpec"]) if len(facts.pod_specs) == 1 else None,
             "podSpecs": facts.pod_specs,
             "containers": facts.containers,
             "target": target.description,
@@ -431,6 +458,40 @@ class _Run:
                 f"{target.description}: the object is too large to evaluate: a list or map of {largest} items "
                 f"(limit {self.limits.max_collection})"
             )
+
+
+@dataclass(frozen=True, slots=True)
+class _Projection:
+    """What the CEL variables are cut down to for a set of candidate rules (projection.py)."""
+
+    trees: Mapping[str, Tree]
+    covered: frozenset[int]  # ids of the expressions the trees were computed from
+
+
+def rule_expressions(rule: Rule, phase: Phase = Phase.ALL) -> list[CompiledExpression]:
+    """The CEL expressions of a rule that run in `phase`: match condition, mutations, validation, message."""
+    validation = rule.validate if phase != Phase.MUTATE else None
+    mutations = rule.mutations if phase != Phase.VALIDATE else ()
+    if validation is None and not mutations:
+        return []
+    found = [e for e in (rule.match.condition, validation and validation.expression) if e is not None]
+    if validation is not None and validation.message_expression is not None:
+        found.append(validation.message_expression)
+    found.extend(e for mutation in mutations for e in mutation_expressions(mutation))
+    return found
+
+
+def _projection(ruleset: RuleSet, candidates: tuple[Rule, ...], phase: Phase) -> _Projection:
+    """The projection for these candidates in this phase, computed once per rule set, (kind, operation), phase."""
+    cache = ruleset.env.projections
+    key = (id(candidates), phase)
+    found = cache.get(key)
+    if found is not None and found[0] is candidates:
+        return found[1]
+    expressions = [e for rule in candidates for e in rule_expressions(rule, phase)]
+    projection = _Projection(merge(e.paths for e in expressions), frozenset(id(e) for e in expressions))
+    cache[key] = (candidates, projection)
+    return projection
 
 
 def _largest_collection(document: Any, limit: int) -> int:

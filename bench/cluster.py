@@ -1,0 +1,44 @@
+"""A stand-in Kubernetes API on 127.0.0.1 holding the tenant Namespace, for the server's namespace watch.
+
+The bench's server runs with its namespace cache on, as in a cluster: `serve --namespaces watch
+--kubeconfig` against the test suite's stand-in API (tests/kubestub.py: list and watch as the
+real apiserver answers them), holding the Namespace of bench/apiserver.py (its labels and
+annotations; the stand-in writes its own short managedFields). The tenant rules then run on
+every request, and the server converts the Namespace as it does in production.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import yaml
+
+from bench import apiserver
+from tests.kubestub import KubeStub
+
+
+@contextlib.contextmanager
+def stand_in(directory: Path, namespace: str = "team-a") -> Iterator[Path]:
+    """Serve the API while the block runs; yields the kubeconfig that points at it."""
+    stub = KubeStub().start()
+    metadata = apiserver.namespace(namespace)["metadata"]
+    stub.add(namespace, labels=metadata["labels"], annotations=metadata["annotations"])
+    path = directory / "kubeconfig"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "bench", "cluster": {"server": stub.url}}],
+                "users": [{"name": "bench", "user": {"token": "bench"}}],
+                "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}],
+                "current-context": "bench",
+            }
+        )
+    )
+    try:
+        yield path
+    finally:
+        stub.stop()
