@@ -175,6 +175,14 @@ def _enriched(fields: set[str], translator: Translator, with_paths: bool) -> str
         )
     if "gpus" in fields:
         out.append(f"'gpus': dyn(gwX.specs.map(gwS, {translator.pod_gpus('gwS')}).sum())")
+    if "claimed" in fields:
+        # a pod spec with a resourceClaims entry: without claim context the engine cannot resolve
+        # it, and takes it for an accelerator (resources.py PodClaims.unresolved; entries that are
+        # no objects are skipped there, and the apiserver's schema admits objects only)
+        out.append(
+            "'claimed': dyn(gwX.specs.exists(gwS, gwS != null && has(gwS.resourceClaims) && "
+            "size(gwS.resourceClaims) > 0))"
+        )
     if with_paths:
         out += ["'root': gwX.root", "'path': gwX.path"]
     return "{" + ", ".join(out) + "}"
