@@ -97,7 +97,9 @@ def patches(mutation: Mutation, translator: Translator, targets: str, match: str
         return f"{targets}.filter(gwT, {condition}).map(gwT, {patch})"
 
     # the table form (expression None), an empty table included (gpu-node-affinity ships one)
-    if isinstance(mutation, AddToleration | RequireNodeAffinity) and (mutation.table or mutation.expression is None):
+    if isinstance(mutation, AddToleration | RequireNodeAffinity) and (
+        mutation.table or (mutation.toleration if isinstance(mutation, AddToleration) else mutation.expression) is None
+    ):
         raise NotNative(
             f"mutation {mutation_name(mutation)}: byResourcePrefix (a table by the pod's resource names) is not modelled"
         )
