@@ -84,4 +84,11 @@ __all__ = [
     "CLAIMS_MODES",
     "CLAIMS_REFUSE",
     "CLAIMS_UNRESOLVED",
-    "TARGETS", "Export", "NativeRule", "Refusal", "Release", "export", "exported_rule_names"]
+    "TARGETS",
+    "Export",
+    "NativeRule",
+    "Refusal",
+    "Release",
+    "export",
+    "exported_rule_names",
+]
