@@ -57,9 +57,13 @@ def by_default(ruleset: RuleSet) -> Export:
 
 
 @pytest.fixture(scope="module")
-def unresolved(ruleset: RuleSet, by_default: Export) -> Export:
+def full(ruleset: RuleSet) -> Export:
+    return export(ruleset, claims=CLAIMS_UNRESOLVED)
+
+
+@pytest.fixture(scope="module")
+def unresolved(full: Export, by_default: Export) -> Export:
     """The rules --claims unresolved adds (the others do not count accelerators: test_equivalence covers them)."""
-    full = export(ruleset, claims=CLAIMS_UNRESOLVED)
     added = [rule for rule in full.rules if rule.rule not in by_default.exported]
     return Export(full.release, full.claims, added, full.refused)
 
@@ -87,8 +91,9 @@ def test_by_default_counting_rules_are_refused_and_the_refusal_names_the_flag(
 
 
 def test_the_flag_exports_counting_rules_and_still_refuses_cluster_context(
-    ruleset: RuleSet, unresolved: Export
+    ruleset: RuleSet, by_default: Export, full: Export, unresolved: Export
 ) -> None:
+    assert set(by_default.exported) < set(full.exported)  # a superset of the default export
     reasons = {refusal.rule: refusal.reason for refusal in unresolved.refused}
     assert not [name for name, reason in reasons.items() if "DRA claims" in reason]
     readers = {rule.name for rule in ruleset.rules if set(CONTEXT_VARIABLES) & rule.references}
