@@ -119,3 +119,27 @@ def test_table_lists_every_rule_as_docs_native_shows_it(capsys: pytest.CaptureFi
     assert {row.split(" | ")[0][2:] for row in rows} == _names(RULES)
     docs = (RULES.parent / "docs" / "native.md").read_text()
     assert out in docs, "docs/native.md's table is stale: regenerate it with `gpu-webhook export --table`"
+
+
+def test_claims_unresolved_exports_counting_rules_and_its_table_is_in_docs_native(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, _, err = run(capsys, "--rules", str(RULES))
+    assert "gpu-per-pod-ceiling: not exported: gpu: true depends on the pod's DRA claims" in err
+    assert "`--claims unresolved` exports it" in err
+    code, out, err = run(capsys, "--rules", str(RULES), "--claims", "unresolved", "--table")
+    assert code == 0
+    assert "| gpu-per-pod-ceiling | yes | VAP | Deny |" in out
+    assert "| priority-class-allowed | **no** |" in out  # reads cluster context: refused in both modes
+    assert "DRA claims" not in out
+    docs = (RULES.parent / "docs" / "native.md").read_text()
+    assert out in docs, (
+        "docs/native.md's --claims unresolved table is stale: `gpu-webhook export --claims unresolved --table`"
+    )
+
+
+def test_an_unknown_claims_mode_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        run(capsys, "--claims", "resolve")
+    _, err = capsys.readouterr()
+    assert exit_.value.code == 2 and "--claims" in err and "Traceback" not in err

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.commands.common import EXIT_OK, UsageError, default_rules_dir, load_ruleset
-from webhook.export import TARGETS, export
+from webhook.export import CLAIMS_MODES, CLAIMS_REFUSE, TARGETS, export
 from webhook.export.render import render, table
 from webhook.export.versions import DEFAULT_VERSION, Release
 
@@ -31,6 +31,15 @@ def register(commands: Any) -> None:
         default=DEFAULT_VERSION,
         help=f"the cluster's release: picks the API versions (default: {DEFAULT_VERSION})",
     )
+    parser.add_argument(
+        "--claims",
+        choices=CLAIMS_MODES,
+        default=CLAIMS_REFUSE,
+        help="rules that count accelerators (gpu:, targetGpuCount, gpuCount, containerGpuCount): "
+        "refuse them (default: the webhook resolves the pod's DRA claims, a policy cannot), or export them "
+        "as the engine decides without claim context: every resourceClaims entry is unresolved, "
+        "an accelerator pod that adds 0 devices to the counts (docs/native.md, 'Accelerator rules')",
+    )
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: stdout)")
     parser.add_argument("--table", action="store_true", help="print the Markdown table of docs/native.md instead")
     parser.set_defaults(run=run)
@@ -39,7 +48,7 @@ def register(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         release = Release.parse(args.kubernetes_version)
-        result = export(load_ruleset(args.rules or default_rules_dir()), args.target, release)
+        result = export(load_ruleset(args.rules or default_rules_dir()), args.target, release, args.claims)
     except ValueError as error:
         raise UsageError(str(error)) from None
     text = table(result) if args.table else render(result)

@@ -16,7 +16,7 @@ from webhook.engine import RuleSet
 
 from .celenv import NativeEnvironment
 from .nativecel import NotNative
-from .policies import NativeRule, RuleExporter
+from .policies import CLAIMS_MODES, CLAIMS_REFUSE, CLAIMS_UNRESOLVED, NativeRule, RuleExporter
 from .versions import DEFAULT_VERSION, Release
 
 TARGETS = ("vap", "map", "all")
@@ -34,6 +34,7 @@ class Refusal:
 @dataclass(slots=True)
 class Export:
     release: Release
+    claims: str = CLAIMS_REFUSE
     rules: list[NativeRule] = field(default_factory=list)
     refused: list[Refusal] = field(default_factory=list)
 
@@ -46,15 +47,21 @@ class Export:
         return [rule.rule for rule in self.rules]
 
 
-def export(ruleset: RuleSet, target: str = "all", release: Release | None = None) -> Export:
-    """Every rule of the set, exported or refused with a reason: none is dropped silently."""
+def export(
+    ruleset: RuleSet, target: str = "all", release: Release | None = None, claims: str = CLAIMS_REFUSE
+) -> Export:
+    """Every rule of the set, exported or refused with a reason: none is dropped silently.
+
+    claims: what to do with rules that count accelerators (policies.py CLAIMS_MODES): refuse them
+    (the default), or export them as the engine decides without claim context ("unresolved").
+    """
     if target not in TARGETS:
         raise ValueError(f"--target {target!r}: expected one of {', '.join(TARGETS)}")
     release = release or Release.parse(DEFAULT_VERSION)
     if release.vap_version() is None:
         raise ValueError(f"Kubernetes {release}: ValidatingAdmissionPolicy is GA from 1.30; export needs 1.30 or later")
-    exporter = RuleExporter(ruleset.accelerators, release, NativeEnvironment())
-    result = Export(release)
+    exporter = RuleExporter(ruleset.accelerators, release, NativeEnvironment(), claims)
+    result = Export(release, claims=claims)
     for rule in ruleset.rules:
         try:
             result.rules.append(exporter.export(rule, want_vap=target != "map", want_map=target != "vap"))
@@ -63,12 +70,25 @@ def export(ruleset: RuleSet, target: str = "all", release: Release | None = None
     return result
 
 
-def exported_rule_names(ruleset: RuleSet, target: str = "all", release: Release | None = None) -> list[str]:
+def exported_rule_names(
+    ruleset: RuleSet, target: str = "all", release: Release | None = None, claims: str = CLAIMS_REFUSE
+) -> list[str]:
     """Rules that run natively in full: `manifests --native` leaves these out of the webhook's ConfigMap.
 
     A rule exported narrower than it is (NativeRule.note: CREATE only) stays in the webhook too.
     """
-    return [rule.rule for rule in export(ruleset, target, release).rules if rule.note is None]
+    return [rule.rule for rule in export(ruleset, target, release, claims).rules if rule.note is None]
 
 
-__all__ = ["TARGETS", "Export", "NativeRule", "Refusal", "Release", "export", "exported_rule_names"]
+__all__ = [
+    "CLAIMS_MODES",
+    "CLAIMS_REFUSE",
+    "CLAIMS_UNRESOLVED",
+    "TARGETS",
+    "Export",
+    "NativeRule",
+    "Refusal",
+    "Release",
+    "export",
+    "exported_rule_names",
+]

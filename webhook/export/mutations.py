@@ -96,7 +96,10 @@ def patches(mutation: Mutation, translator: Translator, targets: str, match: str
         condition = f"{guard}({needed}) : false" if match else needed
         return f"{targets}.filter(gwT, {condition}).map(gwT, {patch})"
 
-    if isinstance(mutation, AddToleration | RequireNodeAffinity) and mutation.table:
+    # the table form (expression None), an empty table included (gpu-node-affinity ships one)
+    if isinstance(mutation, AddToleration | RequireNodeAffinity) and (
+        mutation.table or (mutation.toleration if isinstance(mutation, AddToleration) else mutation.expression) is None
+    ):
         raise NotNative(
             f"mutation {mutation_name(mutation)}: byResourcePrefix (a table by the pod's resource names) is not modelled"
         )

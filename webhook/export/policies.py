@@ -44,6 +44,15 @@ CONTEXT_VARIABLES = ("priorityClasses", "defaultPriorityClass", "deviceClaims")
 # claim for an accelerator; the apiserver's CEL sees only the object, so it cannot count the same
 GPU_COUNTING = ("targetGpuCount", "containerGpus")
 _GPU_HELPERS = re.compile(r"\b(gpuCount|containerGpuCount|targetGpuCount)\b")
+# --claims: what the export does with rules that count accelerators
+#   refuse      (default) they stay with the webhook, which resolves the pod's DRA claims
+#   unresolved  exported as the engine decides without claim context (AdmissionInput.resource_claims
+#               and resource_claim_templates None): every claim is unresolved, which resources.py
+#               takes for an accelerator (`gpu: true` matches a pod with any resourceClaims entry)
+#               that adds 0 devices to the counts (targetGpuCount, gpuCount, containerGpuCount)
+CLAIMS_REFUSE = "refuse"
+CLAIMS_UNRESOLVED = "unresolved"
+CLAIMS_MODES = (CLAIMS_REFUSE, CLAIMS_UNRESOLVED)
 
 
 @dataclass(slots=True)
@@ -78,19 +87,28 @@ def _texts(rule: Rule) -> list[str]:
     return [e.text for e in found if isinstance(e, CompiledExpression)]
 
 
-def context_refusal(rule: Rule) -> str | None:
-    """Why the rule needs data a native policy cannot have, or None."""
+def counts_accelerators(rule: Rule) -> bool:
+    """Whether the rule's decision depends on the pod's accelerators (gpu: or a count helper)."""
+    return (
+        rule.match.gpu is not None
+        or bool(set(GPU_COUNTING) & rule.references)
+        or any(_GPU_HELPERS.search(text) for text in _texts(rule))
+    )
+
+
+def context_refusal(rule: Rule, claims: str = CLAIMS_REFUSE) -> str | None:
+    """Why the rule needs data a native policy cannot have, or None.
+
+    With claims=unresolved the accelerator-counting rules are exported with the engine's
+    semantics for a door without claim context; rules that read the context itself stay refused.
+    """
     context = sorted(set(CONTEXT_VARIABLES) & rule.references)
     if context:
         return (
             f"reads {', '.join(context)}: cluster context the webhook reads from its caches; "
             "an admission policy sees only the object, its namespace and the request"
         )
-    if (
-        rule.match.gpu is not None
-        or set(GPU_COUNTING) & rule.references
-        or any(_GPU_HELPERS.search(text) for text in _texts(rule))
-    ):
+    if claims != CLAIMS_UNRESOLVED and counts_accelerators(rule):
         what = (
             f"gpu: {str(rule.match.gpu).lower()} depends on"
             if rule.match.gpu is not None
@@ -98,7 +116,8 @@ def context_refusal(rule: Rule) -> str | None:
         )
         return (
             f"{what} the pod's DRA claims (devices of ResourceClaims and templates; an unresolved claim is an "
-            "accelerator), which the apiserver's CEL cannot read"
+            "accelerator), which the apiserver's CEL cannot read; `--claims unresolved` exports it as the engine "
+            "decides without claim context"
         )
     return None
 
@@ -227,10 +246,15 @@ def _selector(selector: LabelSelector | None) -> dict[str, Any]:
 class RuleExporter:
     """Builds the native objects of one rule, or raises NotNative saying why it cannot."""
 
-    def __init__(self, accelerators: Accelerators, release: Release, env: NativeEnvironment) -> None:
+    def __init__(
+        self, accelerators: Accelerators, release: Release, env: NativeEnvironment, claims: str = CLAIMS_REFUSE
+    ) -> None:
+        if claims not in CLAIMS_MODES:
+            raise ValueError(f"--claims {claims!r}: expected one of {', '.join(CLAIMS_MODES)}")
         self.translator = Translator(accelerators)
         self.release = release
         self.env = env
+        self.claims = claims
 
     def export(self, rule: Rule, want_vap: bool, want_map: bool) -> NativeRule:
         if rule.match.operations - NATIVE_OPERATIONS:
@@ -242,7 +266,7 @@ class RuleExporter:
             raise NotNative("validates, and --target map exports mutation only")
         if rule.mutations and self.release.map_version() is None:
             raise NotNative(f"mutates, and Kubernetes {self.release} has no MutatingAdmissionPolicy (1.32+)")
-        refusal = context_refusal(rule)
+        refusal = context_refusal(rule, self.claims)
         if refusal is not None:
             raise NotNative(refusal)
         operations = set(rule.match.operations)
@@ -300,7 +324,11 @@ class RuleExporter:
     def _match(self, rule: Rule) -> str:
         parts = []
         if rule.match.gpu is not None:
-            parts.append(f"{LOOP}.gpus > 0" if rule.match.gpu else f"{LOOP}.gpus == 0")
+            # evaluate.py: has_gpus = facts.gpus > 0 or any claim unresolved; this export is only
+            # reached for --claims unresolved, where every claim is (targets.py `claimed`)
+            parts.append(
+                f"({LOOP}.gpus > 0 || {LOOP}.claimed)" if rule.match.gpu else f"({LOOP}.gpus == 0 && !{LOOP}.claimed)"
+            )
         if rule.match.condition is not None:
             condition = self.translator.translate(rule.match.condition.text)
             parts.append(f"({condition})" if rule.match.condition.result_type == "BOOL" else f"(({condition}) == true)")

@@ -154,10 +154,23 @@ def targets_expression(kinds: list[KindTarget], fields: set[str], translator: Tr
     for entry in kinds:
         raw = template_targets(entry.kind, with_paths) if entry.templates else object_target(entry.kind, with_paths)
         branches.append((entry.kind, raw))
-    chain = "[]"
-    for kind, raw in reversed(branches):
-        chain = f"object.kind == {string_literal(kind)} ? {raw} : {chain}"
-    return f"({chain}).map(gwX, {_enriched(fields, translator, with_paths)})"
+    return f"({_dispatch(branches)}).map(gwX, {_enriched(fields, translator, with_paths)})"
+
+
+def _dispatch(branches: list[tuple[str, str]]) -> str:
+    """The targets of whichever kind `object` is: a balanced tree of ternaries on object.kind.
+
+    A flat `kind == A ? .. : kind == B ? .. : ..` chain nests once per kind, and a rule on a dozen
+    kinds (kueue-queue-name) went past the parser's recursion limit (cel-cpp's default is 32); the
+    tree nests log2(kinds) deep and tests at most that many `in` lists."""
+    if not branches:
+        return "[]"
+    if len(branches) == 1:
+        kind, raw = branches[0]
+        return f"(object.kind == {string_literal(kind)} ? {raw} : [])"
+    half = len(branches) // 2
+    left = "[" + ", ".join(string_literal(kind) for kind, _ in branches[:half]) + "]"
+    return f"(object.kind in {left} ? {_dispatch(branches[:half])} : {_dispatch(branches[half:])})"
 
 
 def _enriched(fields: set[str], translator: Translator, with_paths: bool) -> str:
@@ -175,6 +188,14 @@ def _enriched(fields: set[str], translator: Translator, with_paths: bool) -> str
         )
     if "gpus" in fields:
         out.append(f"'gpus': dyn(gwX.specs.map(gwS, {translator.pod_gpus('gwS')}).sum())")
+    if "claimed" in fields:
+        # a pod spec with a resourceClaims entry: without claim context the engine cannot resolve
+        # it, and takes it for an accelerator (resources.py PodClaims.unresolved; entries that are
+        # no objects are skipped there, and the apiserver's schema admits objects only)
+        out.append(
+            "'claimed': dyn(gwX.specs.exists(gwS, gwS != null && has(gwS.resourceClaims) && "
+            "size(gwS.resourceClaims) > 0))"
+        )
     if with_paths:
         out += ["'root': gwX.root", "'path': gwX.path"]
     return "{" + ", ".join(out) + "}"
