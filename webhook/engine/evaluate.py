@@ -474,7 +474,9 @@ def rule_expressions(rule: Rule, phase: Phase = Phase.ALL) -> list[CompiledExpre
     mutations = rule.mutations if phase != Phase.VALIDATE else ()
     if validation is None and not mutations:
         return []
-    found = [e for e in (rule.match.condition, validation and validation.expression) if e is not None]
+    found: list[CompiledExpression] = [rule.match.condition] if rule.match.condition is not None else []
+    if validation is not None:
+        found.append(validation.expression)
     if validation is not None and validation.message_expression is not None:
         found.append(validation.message_expression)
     found.extend(e for mutation in mutations for e in mutation_expressions(mutation))
@@ -487,7 +489,8 @@ def _projection(ruleset: RuleSet, candidates: tuple[Rule, ...], phase: Phase) ->
     key = (id(candidates), phase)
     found = cache.get(key)
     if found is not None and found[0] is candidates:
-        return found[1]
+        cached: _Projection = found[1]
+        return cached
     expressions = [e for rule in candidates for e in rule_expressions(rule, phase)]
     projection = _Projection(merge(e.paths for e in expressions), frozenset(id(e) for e in expressions))
     cache[key] = (candidates, projection)

@@ -78,7 +78,7 @@ def ratchets(rule: Rule) -> bool:
 
 def _texts(rule: Rule) -> list[str]:
     """Every CEL text of the rule, as its author wrote it."""
-    found = [rule.match.condition] if rule.match.condition is not None else []
+    found: list[CompiledExpression | None] = [rule.match.condition]
     if rule.validate is not None:
         found += [rule.validate.expression, rule.validate.message_expression]
     for mutation in rule.mutations:
@@ -186,8 +186,8 @@ def expand_kinds(rule: Rule) -> list[KindTarget]:
     return out
 
 
-def match_constraints(rule: Rule, kinds: list[KindTarget], operations: set[str] | None = None) -> dict[str, Any]:
-    operations = sorted(rule.match.operations if operations is None else operations)
+def match_constraints(rule: Rule, kinds: list[KindTarget], only: set[str] | None = None) -> dict[str, Any]:
+    operations = sorted(rule.match.operations if only is None else only)
     by_group: dict[str, list[str]] = {}
     for entry in kinds:
         by_group.setdefault(entry.group, []).append(entry.plural)
