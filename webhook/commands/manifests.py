@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import base64
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,9 @@ from webhook.certs import CA_FILE, CERT_FILE, KEY_FILE, check_bundle
 from webhook.commands.common import UsageError, default_manifests_dir, default_rules_dir, load_ruleset
 from webhook.engine import rule_files
 from webhook.engine.schema import TEST_KIND
+from webhook.export import CLAIMS_MODES, CLAIMS_REFUSE, export
+from webhook.export.mixed import webhook_files
+from webhook.export.versions import DEFAULT_VERSION, Release
 from webhook.kustomize import KustomizeError, build, sort_objects
 
 SERVICE, NAMESPACE, RULES_CONFIGMAP, TLS_SECRET = "gpu-webhook", "gpu-webhook", "gpu-webhook-rules", "gpu-webhook-tls"
@@ -53,6 +57,18 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--rules", metavar="PATH", help="rules for the ConfigMap (default: $GPU_WEBHOOK_RULES, else the installed pack)"
     )
     parser.add_argument("--image", help="container image, e.g. registry.example.com/gpu-webhook@sha256:...")
+    parser.add_argument(
+        "--native",
+        action="store_true",
+        help="mixed mode: rules that export in full run in the apiserver as admission policies (added to the "
+        "output) and are left out of the webhook's rules ConfigMap, so each rule runs in exactly one place",
+    )
+    parser.add_argument(
+        "--kubernetes-version", metavar="X.Y", default=DEFAULT_VERSION, help="with --native: the cluster's release"
+    )
+    parser.add_argument(
+        "--claims", choices=CLAIMS_MODES, default=CLAIMS_REFUSE, help="with --native: as `gpu-webhook export --claims`"
+    )
     parser.add_argument("--manifests", default=default_manifests_dir(), help=argparse.SUPPRESS)
     parser.set_defaults(run=run)
 
@@ -66,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         rules=args.rules or default_rules_dir(),
         image=args.image,
         secret=not args.no_secret,
+        native=native_mode(args.kubernetes_version, args.claims) if args.native else None,
     )
     yaml.safe_dump_all(documents, sys.stdout, sort_keys=False, default_flow_style=False, width=120)
     return 0
@@ -79,6 +96,7 @@ def render(
     rules: str | None = None,
     image: str | None = None,
     secret: bool = True,
+    native: NativeMode | None = None,
 ) -> list[dict[str, Any]]:
     cert_manager = "cert-manager" in components
     if cert_manager and ca_dir is not None:
@@ -98,7 +116,10 @@ def render(
         objects = build(manifests / "overlays" / overlay, [manifests / "components" / c for c in extra])
     except (KustomizeError, OSError) as error:
         raise UsageError(f"cannot render {manifests}: {error}") from None
-    objects.append(rules_configmap(rules or default_rules_dir()))
+    configmap = rules_configmap(rules or default_rules_dir())
+    objects.append(configmap)
+    if native is not None:
+        objects.extend(native_policies(configmap, rules or default_rules_dir(), native))
     if ca_dir is not None:
         ca = _read(ca_dir / CA_FILE)
         for obj in objects:
@@ -118,6 +139,34 @@ def render(
                 for container in template["spec"]["containers"]:
                     container["image"] = image
     return sort_objects(objects)
+
+
+@dataclass(frozen=True)
+class NativeMode:
+    release: Release
+    claims: str
+
+
+def native_mode(version: str, claims: str) -> NativeMode:
+    try:
+        return NativeMode(Release.parse(version), claims)
+    except ValueError as error:
+        raise UsageError(f"--kubernetes-version: {error}") from None
+
+
+def native_policies(configmap: dict[str, Any], rules: str, mode: NativeMode) -> list[dict[str, Any]]:
+    """The policies of the rules that export in full; their documents leave the ConfigMap.
+
+    A rule exported narrower than it is (e.g. CREATE only) stays with the webhook and is not
+    exported at all, so no rule runs in both places.
+    """
+    try:
+        result = export(load_ruleset(rules), "all", mode.release, mode.claims)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    complete = [rule for rule in result.rules if rule.note is None]
+    configmap["data"] = webhook_files(configmap["data"], [rule.rule for rule in complete])
+    return [obj for rule in complete for obj in rule.objects]
 
 
 def rules_configmap(rules: str) -> dict[str, Any]:
