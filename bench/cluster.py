@@ -13,8 +13,6 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-import yaml
-
 from bench import apiserver
 from tests.kubestub import KubeStub
 
@@ -25,19 +23,7 @@ def stand_in(directory: Path, namespace: str = "team-a") -> Iterator[Path]:
     stub = KubeStub().start()
     metadata = apiserver.namespace(namespace)["metadata"]
     stub.add(namespace, labels=metadata["labels"], annotations=metadata["annotations"])
-    path = directory / "kubeconfig"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "bench", "cluster": {"server": stub.url}}],
-                "users": [{"name": "bench", "user": {"token": "bench"}}],
-                "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}],
-                "current-context": "bench",
-            }
-        )
-    )
+    path = stub.kubeconfig(directory / "kubeconfig")
     try:
         yield path
     finally:

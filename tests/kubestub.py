@@ -26,6 +26,7 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -72,6 +73,19 @@ class KubeStub:
     def url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
+
+    def kubeconfig(self, path: Path) -> Path:
+        """Write a kubeconfig that points at this stand-in (token auth, plain HTTP) and return its path."""
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "stub", "cluster": {"server": self.url}}],
+            "users": [{"name": "webhook", "user": {"token": "t"}}],
+            "contexts": [{"name": "stub", "context": {"cluster": "stub", "user": "webhook"}}],
+            "current-context": "stub",
+        }
+        path.write_text(json.dumps(config))  # JSON is YAML: every kubeconfig reader takes it
+        return path
 
     def start(self) -> KubeStub:
         self._thread.start()

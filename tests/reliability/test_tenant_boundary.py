@@ -7,7 +7,6 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-import yaml
 
 from tests.kubestub import KubeStub
 from tests.support import LiveServer, client_ssl, cpu_pod, make_review, start_server, wait_ready
@@ -21,19 +20,7 @@ async def tenant_server(cert_dir: Path, rules_dir: Path, tmp_path: Path) -> Asyn
     """The server with the namespace watch on a cluster where team-a is a tenant namespace."""
     stub = KubeStub().start()
     stub.add("team-a", labels=TENANT)
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "stub", "cluster": {"server": stub.url}}],
-                "users": [{"name": "webhook", "user": {"token": "t"}}],
-                "contexts": [{"name": "stub", "context": {"cluster": "stub", "user": "webhook"}}],
-                "current-context": "stub",
-            }
-        )
-    )
+    kubeconfig = stub.kubeconfig(tmp_path / "kubeconfig")
     server = await start_server(cert_dir, rules_dir, namespaces=NamespaceCache(connect(str(kubeconfig))))
     try:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ssl(cert_dir))) as session:

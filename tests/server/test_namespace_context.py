@@ -33,20 +33,7 @@ def stub() -> Iterator[KubeStub]:
 
 @pytest.fixture
 def kubeconfig(stub: KubeStub, tmp_path: Path) -> Path:
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "stub", "cluster": {"server": stub.url}}],
-                "users": [{"name": "webhook", "user": {"token": "t"}}],
-                "contexts": [{"name": "stub", "context": {"cluster": "stub", "user": "webhook"}}],
-                "current-context": "stub",
-            }
-        )
-    )
-    return path
+    return stub.kubeconfig(tmp_path / "kubeconfig")
 
 
 def gpu_job() -> dict:
