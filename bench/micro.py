@@ -132,11 +132,11 @@ def evaluate_breakdown(ruleset: RuleSet, body: bytes, iterations: int = 2000) ->
     total = _cumulative(stats, "evaluate.py", "evaluate")
     parts = {
         # match checks, including `gpu:` counting and CEL match conditions
-        "match": _cumulative(stats, "evaluate.py", "_match") + _cumulative(stats, "evaluate.py", "targets"),
+        "match": _cumulative(stats, "evaluate.py", "_match") + _cumulative(stats, "facts.py", "targets"),
         # validations and their messages: activation (object conversion) and evaluation
-        "cel": _cumulative(stats, "evaluate.py", "_eval", ("validate", "_message")),
+        "cel": _cumulative(stats, "facts.py", "eval", ("_messages", "_message")),
         # the working copy and the mutations (with any CEL they evaluate)
-        "patch": _cumulative(stats, "evaluate.py", "_copy", ("mutate",))
+        "patch": _cumulative(stats, "facts.py", "copy_document", ("edit",))
         + _cumulative(stats, "mutate.py", "apply", ("mutate",)),
     }
     return parts_to_shares(parts, total)

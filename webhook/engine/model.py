@@ -355,6 +355,10 @@ class EvaluationError:
         return f"{self.rule}: {self.target}: {self.message}"
 
 
+class RuleError(Exception):
+    """A rule failed to evaluate on one target; its failurePolicy decides what that means."""
+
+
 class Result(StrEnum):
     """What one rule made of one object, all targets folded: the one vocabulary of every door."""
 

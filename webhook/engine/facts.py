@@ -1,0 +1,325 @@
+"""What the rules of one evaluation read about the object: its targets, per-target facts, the CEL activation.
+
+`Subject` holds the working copy (the object, copied on the first edit, then changed only
+through its Patcher) and everything derived from it: the targets rules look at, their facts
+(pod specs, containers, GPU counts, DRA claims, quantities) and the activations expressions run
+in, each computed once per state of the working copy.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from .cel import CelEvaluationError, CompiledExpression
+from .limits import Budget
+from .loader import _mutation_expressions as mutation_expressions  # the loader's list, for references too
+from .model import AdmissionInput, Phase, Rule, RuleError, Target, default_priority_class
+from .patch import Patcher
+from .pointer import to_pointer
+from .projection import Tree, merge, project
+from .quantity import quantity_of
+from .resources import NO_CLAIMS, Accelerators, PodClaims
+from .ruleset import RuleSet
+from .workloads import get_path, object_target, pod_template_targets
+
+
+@dataclass(frozen=True, slots=True)
+class Projection:
+    """What the CEL variables are cut down to for a set of candidate rules (projection.py)."""
+
+    trees: Mapping[str, Tree]
+    covered: frozenset[int]  # ids of the expressions the trees were computed from
+
+
+def rule_expressions(rule: Rule, phase: Phase = Phase.ALL) -> list[CompiledExpression]:
+    """The CEL expressions of a rule that run in `phase`: match condition, mutations, validation, message."""
+    validation = rule.validate if phase != Phase.MUTATE else None
+    mutations = rule.mutations if phase != Phase.VALIDATE else ()
+    if validation is None and not mutations:
+        return []
+    found: list[CompiledExpression] = [rule.match.condition] if rule.match.condition is not None else []
+    if validation is not None:
+        found.append(validation.expression)
+    if validation is not None and validation.message_expression is not None:
+        found.append(validation.message_expression)
+    found.extend(e for mutation in mutations for e in mutation_expressions(mutation))
+    return found
+
+
+def projection_for(ruleset: RuleSet, candidates: tuple[Rule, ...], phase: Phase) -> Projection:
+    """The projection for these candidates in this phase, computed once per rule set, (kind, operation), phase."""
+    cache = ruleset.env.projections
+    key = (id(candidates), phase)
+    found = cache.get(key)
+    if found is not None and found[0] is candidates:
+        cached: Projection = found[1]
+        return cached
+    expressions = [e for rule in candidates for e in rule_expressions(rule, phase)]
+    projection = Projection(merge(e.paths for e in expressions), frozenset(id(e) for e in expressions))
+    cache[key] = (candidates, projection)
+    return projection
+
+
+class Subject:
+    """The object of one evaluation as the rules see it, and what is derived from it."""
+
+    def __init__(self, ruleset: RuleSet, admission: AdmissionInput, projection: Projection, budget: Budget) -> None:
+        self.ruleset = ruleset
+        self.admission = admission
+        self.projection = projection
+        self.budget = budget
+        self.working: dict[str, Any] = admission.subject  # type: ignore[assignment]
+        self.patcher: Patcher | None = None
+        self._templates: list[Target] | None = None
+        self._object_target: Target | None = None
+        self._facts: dict[tuple[str | int, ...], TargetFacts] = {}
+        # target root -> (version of the working copy, the activation every params-bound expression shares)
+        self._activations: dict[tuple[str | int, ...], tuple[int, Any]] = {}
+        self._default_class: str | None = None
+        # id of the projection trees -> projected (oldObject, request, namespaceObject)
+        self._fixed: dict[int, tuple[Any, Any, Any]] = {}
+
+    def edit(self) -> Patcher:
+        """The patcher of the working copy, copying the object on the first edit."""
+        if self.patcher is None:
+            self.working = copy_document(self.working)
+            self.patcher = Patcher(self.working)
+        return self.patcher
+
+    def version(self) -> int:
+        """The working copy changes only through the Patcher: its operation count is the version."""
+        return len(self.patcher.operations) if self.patcher is not None else 0
+
+    def targets(self, rule: Rule) -> list[Target]:
+        """What the rule looks at in the object: the object itself, or each pod template (autogen)."""
+        kinds = rule.match.kinds
+        kind = self.working.get("kind")
+        if "*" in kinds or (isinstance(kind, str) and kind in kinds):  # the object is the tenant's: any type
+            if self._object_target is None:
+                self._object_target = object_target(self.working)
+            return [self._object_target]
+        if "Pod" in kinds and rule.autogen:
+            if self._templates is None:
+                self._templates = pod_template_targets(self.working)
+            return self._templates
+        return []
+
+    def facts(self, target: Target) -> TargetFacts:
+        """What every rule needs to know about a target, computed once per state of the working copy.
+
+        Counting GPUs walks every container's resources; per rule it was a third of a request's
+        cost. After an edit the references are re-taken, and what was read from the containers'
+        resources is kept unless an edit reached into containers or replaced an ancestor.
+        """
+        version = self.version()
+        cached = self._facts.get(target.root)
+        if cached is not None and cached.version == version:
+            return cached
+        pod_specs = [get_path(self.working, path) for path in target.pod_specs]
+        facts = TargetFacts(version=version, pod_specs=pod_specs, containers=pod_containers(pod_specs), gpus=0)
+        accelerators = self.ruleset.accelerators
+        if (
+            cached is not None
+            and self.patcher is not None
+            and not edits_containers(self.patcher.operations[cached.version :], target)
+        ):
+            facts.gpus, facts.claims = cached.gpus, cached.claims
+            facts._container_gpus, facts._quantities = cached._container_gpus, cached._quantities
+        else:
+            admission = self.admission
+            facts.claims = [
+                accelerators.pod_claims(spec, admission.resource_claims, admission.resource_claim_templates)
+                for spec in pod_specs
+            ]
+            facts.gpus = sum(accelerators.pod_count(s, c) for s, c in zip(pod_specs, facts.claims, strict=True))
+        self._facts[target.root] = facts
+        return facts
+
+    def uses_accelerator_claims(self, target: Target, container: Mapping[str, Any]) -> bool:
+        accelerators = self.ruleset.accelerators
+        return any(accelerators.container_uses_accelerator_claims(container, c) for c in self.facts(target).claims)
+
+    def eval(self, rule: Rule, target: Target, expression: CompiledExpression) -> Any:
+        """Run one of the rule's expressions on this target within the request's limits.
+
+        Expressions with their rule's params compiled in share one activation per target:
+        the runtime converts each variable on first use and keeps it, so the object is
+        converted once per request (and per state of the working copy), not once per rule.
+        """
+        self.budget.check(target, self.working)
+        if id(expression) not in self.projection.covered:
+            # not an expression of the candidate rules (cannot happen with rules from the loader):
+            # the projection for every expression compiled in this environment still covers it
+            trees = self.ruleset.env.projection_trees()
+            return evaluate_expression(expression, self._activation(target, rule.params, rule.references, trees))
+        if not expression.params_bound:
+            activation = self._activation(target, rule.params, rule.references, self.projection.trees)
+            return evaluate_expression(expression, activation)
+        version = self.version()
+        cached = self._activations.get(target.root)
+        if cached is None or cached[0] != version:
+            cached = (version, self._activation(target, None, self.ruleset.references, self.projection.trees))
+            self._activations[target.root] = cached
+        return evaluate_expression(expression, cached[1])
+
+    def _activation(self, target: Target, params: Any, references: frozenset[str], trees: Mapping[str, Tree]) -> Any:
+        facts = self.facts(target)
+        # only what the expressions read: the runtime converts each variable deeply (projection.py)
+        admission = self.admission
+        fixed = self._fixed.get(id(trees))
+        if fixed is None:  # the variables mutations do not change: projected once per request
+            fixed = self._fixed[id(trees)] = (
+                project(admission.old_object, trees["oldObject"]),
+                project(admission.request, trees["request"]),
+                project(admission.namespace_object, trees["namespaceObject"]),
+            )
+        variables = {
+            "object": project(admission.object if admission.object is None else self.working, trees["object"]),
+            "oldObject": fixed[0],
+            "request": fixed[1],
+            "namespaceObject": fixed[2],
+            "params": params,  # None in the shared activation: each expression there binds its own
+            "podSpec": project(facts.pod_specs[0], trees["podSpec"]) if len(facts.pod_specs) == 1 else None,
+            "podSpecs": facts.pod_specs,
+            "containers": facts.containers,
+            "target": target.description,
+            "targetGpuCount": facts.gpus,
+            "accelerators": self.ruleset.env.accelerator_table,
+            "priorityClasses": admission.priority_classes,
+            "defaultPriorityClass": self._default_priority_class(),
+        }
+        if "deviceClaims" in references:
+            variables["deviceClaims"] = [claim for claims in facts.claims for claim in claims.items]
+        if "containerGpus" in references:
+            variables["containerGpus"] = facts.container_gpus(self.ruleset.accelerators)
+        if "quantities" in references:
+            variables["quantities"] = facts.quantities()
+        return self.ruleset.env.activation(variables)
+
+    def _default_priority_class(self) -> str | None:
+        classes = self.admission.priority_classes
+        if classes is None:
+            return None
+        if self._default_class is None:
+            self._default_class = default_priority_class(classes) or ""
+        return self._default_class
+
+
+def evaluate_expression(expression: CompiledExpression, activation: Any) -> Any:
+    try:
+        return expression.evaluate(activation)
+    except CelEvaluationError as error:
+        raise RuleError(str(error)) from None
+    except Exception as error:  # a helper's own failure surfaces as a rule error, never a crash
+        raise RuleError(f"{type(error).__name__}: {error}") from None
+
+
+@dataclass(slots=True)
+class TargetFacts:
+    version: int  # of the working copy these were read from
+    pod_specs: list[Any]
+    containers: list[Any]
+    gpus: int
+    claims: list[PodClaims] = field(default_factory=list)  # per pod spec, in pod_specs order
+    _container_gpus: dict[str, int] | None = None
+    _quantities: dict[str, float] | None = None
+
+    def container_gpus(self, accelerators: Accelerators) -> dict[str, int]:
+        """Container name -> accelerators (extended resources and DRA claims it names).
+
+        Names are unique within a pod spec, not across the templates of one object: every
+        Kubeflow replica's container is called `pytorch`. A name whose containers differ in
+        count maps to -1, and the rewritten containerGpuCount(c) then asks the Python helper
+        for that container (celhelpers.py).
+        """
+        if self._container_gpus is None:
+            found: dict[str, int] = {}
+            claims_per_spec = self.claims or [NO_CLAIMS] * len(self.pod_specs)
+            for spec, claims in zip(self.pod_specs, claims_per_spec, strict=True):
+                for container in pod_containers([spec]):
+                    if not isinstance(container, Mapping) or not isinstance(container.get("name"), str):
+                        continue
+                    count = accelerators.container_count(container)
+                    count += accelerators.container_claim_count(container, claims)
+                    name = container["name"]
+                    found[name] = count if found.get(name, count) == count else -1
+            self._container_gpus = found
+        return self._container_gpus
+
+    def quantities(self) -> dict[str, float]:
+        """Every quantity written in the containers' resources, by its text (as CEL's string() gives it)."""
+        if self._quantities is None:
+            found: dict[str, float] = {}
+            for container in self.containers:
+                resources = container.get("resources") if isinstance(container, Mapping) else None
+                if not isinstance(resources, Mapping):
+                    continue
+                for section in (resources.get("requests"), resources.get("limits")):
+                    if isinstance(section, Mapping):
+                        for value in section.values():
+                            number = _quantity_value(value)
+                            if number is not None:
+                                found[str(value)] = number  # str(): the text CEL's string() gives
+            self._quantities = found
+        return self._quantities
+
+
+def _quantity_value(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return None
+    number = quantity_of(str(value))
+    return None if number is None else float(number)
+
+
+def pod_containers(pod_specs: list[Any]) -> list[Any]:
+    found: list[Any] = []
+    for spec in pod_specs:
+        if isinstance(spec, Mapping):
+            # ephemeral containers (kubectl debug) run on the node as well: rules about what runs
+            # there see them; they cannot request resources (core/v1 EphemeralContainerCommon)
+            for field_name in ("initContainers", "containers", "ephemeralContainers"):
+                value = spec.get(field_name)
+                if isinstance(value, list):
+                    found.extend(value)
+    return found
+
+
+def edits_containers(operations: list[dict[str, Any]], target: Target) -> bool:
+    """Whether any of these patch operations may change the target's containers (conservative)."""
+    specs = [to_pointer(path) + "/" for path in target.pod_specs]
+    for operation in operations:
+        path = operation["path"]
+        if "ontainers" in path or "resourceClaims" in path or any(spec.startswith(path + "/") for spec in specs):
+            return True  # into (init)containers or DRA claims, or an ancestor of the pod spec replaced
+    return False
+
+
+def copy_document(document: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return orjson.loads(orjson.dumps(document))  # type: ignore[no-any-return]
+    except (TypeError, orjson.JSONEncodeError):
+        # values JSON cannot carry (YAML timestamps, huge ints), or nesting past the 255 levels
+        # orjson writes (it reads 1,024): copy without recursion, whatever the depth
+        return _deep_copy(document)
+
+
+def _deep_copy(document: dict[str, Any]) -> dict[str, Any]:
+    root: dict[str, Any] = {}
+    stack: list[tuple[Any, Any]] = [(document, root)]
+    while stack:
+        source, target = stack.pop()
+        items = source.items() if isinstance(source, dict) else enumerate(source)
+        for key, value in items:
+            if isinstance(value, dict | list):
+                child: Any = {} if isinstance(value, dict) else [None] * len(value)
+                stack.append((value, child))
+                value = child
+            elif not isinstance(value, str | int | float | bool | type(None)):
+                value = copy.deepcopy(value)  # a leaf of another type (date, Decimal): shallow depth
+            target[key] = value
+    return root

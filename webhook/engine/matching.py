@@ -1,0 +1,64 @@
+"""Does a rule apply to a target? Namespaces, selectors, `gpu:`, the match condition.
+
+The answer is None (it applies) or the reason it does not, for the trace. Nothing here
+records a violation: a rule that needs the namespace and has none under
+`onMissingContext: Deny` gets the reason REFUSED_FOR_CONTEXT, and the run (evaluate.py)
+records the denial. (Kinds and operations are settled before: RuleSet.candidates and
+facts.Subject.targets.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .facts import Subject
+from .model import NO_NAMESPACE_CONTEXT, Rule, Target
+from .workloads import get_path
+
+REFUSED_FOR_CONTEXT = f"{NO_NAMESPACE_CONTEXT} (onMissingContext: Deny)"
+
+
+def mismatch(subject: Subject, rule: Rule, target: Target) -> str | None:
+    """None when the rule applies to this target, else why not.
+
+    A match condition that cannot be evaluated raises RuleError (the caller applies
+    failurePolicy), never "no match": otherwise an object shaped to break the condition
+    would slip past the rule.
+    """
+    match = rule.match
+    admission = subject.admission
+    namespace = admission.namespace
+    if match.namespaces_include is not None and namespace not in match.namespaces_include:
+        return f"namespace {namespace!r} is not in namespaces.include"
+    if namespace in match.namespaces_exclude:
+        return f"namespace {namespace!r} is in namespaces.exclude"
+    if rule.needs_namespace and admission.namespace_object is None and namespace:
+        return REFUSED_FOR_CONTEXT if rule.on_missing_context == "Deny" else NO_NAMESPACE_CONTEXT
+    if match.namespace_selector is not None:
+        labels = ((admission.namespace_object or {}).get("metadata") or {}).get("labels")
+        if not match.namespace_selector.matches(labels):
+            return "namespaceSelector does not match"
+    if match.object_selector is not None and not _object_selected(subject, rule, target):
+        return "objectSelector does not match"
+    if match.gpu is not None:
+        facts = subject.facts(target)
+        # an unresolved DRA claim counts as an accelerator (resources.py explains why)
+        has_gpus = facts.gpus > 0 or any(c.unresolved for c in facts.claims)
+        if has_gpus != match.gpu:
+            return "requests no accelerators (gpu: true)" if match.gpu else "requests accelerators (gpu: false)"
+    if match.condition is not None and subject.eval(rule, target, match.condition) is not True:
+        return "condition is false"
+    return None
+
+
+def _object_selected(subject: Subject, rule: Rule, target: Target) -> bool:
+    selector = rule.match.object_selector
+    assert selector is not None
+    candidates = [subject.working]
+    if target.root == () and subject.admission.old_object is not None:
+        candidates.append(subject.admission.old_object)  # as the apiserver does: either may match
+    for document in candidates:
+        labels = get_path(document, (*target.metadata, "labels"))
+        if selector.matches(labels if isinstance(labels, Mapping) else None):
+            return True
+    return False
