@@ -15,10 +15,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.engine import AdmissionInput, Mode, Phase, Result, RuleOutcome, RuleSet, evaluate
+from webhook.engine import Mode, Phase, Result, RuleOutcome, RuleSet, evaluate
 from webhook.engine.model import DEFAULT_LIMITS, SEVERITY, Limits
-from webhook.engine.resources import Accelerators
-from webhook.engine.workloads import get_path, object_target
 
 from .context import NamespaceContext, plain_yaml
 from .sources import Item
@@ -128,34 +126,22 @@ def audit(
     (--no-diff) no report shows a diff: rendering one is most of the cost of a patched object.
     """
     context = context if context is not None else NamespaceContext()
-    accelerators = ruleset.accelerators
     for item in items:
         if context.take(item.object):
             continue
         admission = context.admission(item.object)
         decision = evaluate(ruleset, admission, phase=Phase.ALL, mode=mode, trace=True, limits=AUDIT_LIMITS)
         obj = admission.object or item.object
-        gpus = requested_accelerators(accelerators, obj, admission)
         yield ObjectResult(
             ref=ObjectRef.of(item.object, admission.namespace),
             origin=item.origin,
-            gpus=gpus,
+            gpus=decision.accelerators,
             outcomes=[o for o in decision.outcomes() if reported(o)],
             patch=decision.patch,
             original=obj,
             mutated=decision.mutated,
             rendered_diff=None if diffs else "",
         )
-
-
-def requested_accelerators(accelerators: Accelerators, obj: dict[str, Any], admission: AdmissionInput) -> int:
-    """Accelerators the object asks for, as the engine counts them: resources and resolved DRA claims."""
-    total = 0
-    for path in object_target(obj).pod_specs:
-        spec = get_path(obj, path)
-        claims = accelerators.pod_claims(spec, admission.resource_claims, admission.resource_claim_templates)
-        total += accelerators.pod_count(spec, claims)
-    return total
 
 
 @dataclass(slots=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from .facts import Projection, Subject, projection_for, rule_expressions
+from .facts import Projection, Subject, object_accelerators, projection_for, rule_expressions
 from .facts import TargetFacts as _TargetFacts  # noqa: F401  (the old names, which tests use)
 from .facts import pod_containers as _containers  # noqa: F401
 from .limits import Budget
@@ -63,6 +63,7 @@ def evaluate(
     kind = admission.kind or str(subject.get("kind", ""))
     candidates = ruleset.candidates(kind, admission.operation)
     if not candidates:
+        decision.accelerators = object_accelerators(ruleset.accelerators, admission)
         return decision
     run = _Run(ruleset, admission, decision, mode, trace, limits, projection_for(ruleset, candidates, phase))
     if phase != Phase.VALIDATE and admission.object is not None:
@@ -77,6 +78,7 @@ def evaluate(
     if patcher is not None and patcher.operations:
         decision.patch = patcher.operations
         decision.mutated = run.subject.working
+    decision.accelerators = run.subject.received_accelerators()
     decision.allowed = not decision.violations
     return decision
 

@@ -83,6 +83,8 @@ class Subject:
         self._default_class: str | None = None
         # id of the projection trees -> projected (oldObject, request, namespaceObject)
         self._fixed: dict[int, tuple[Any, Any, Any]] = {}
+        # pod spec path -> accelerators it asks for in the object as received (Decision.accelerators)
+        self._received: dict[tuple[str | int, ...], int] = {}
 
     def edit(self) -> Patcher:
         """The patcher of the working copy, copying the object on the first edit."""
@@ -136,9 +138,16 @@ class Subject:
                 accelerators.pod_claims(spec, admission.resource_claims, admission.resource_claim_templates)
                 for spec in pod_specs
             ]
-            facts.gpus = sum(accelerators.pod_count(s, c) for s, c in zip(pod_specs, facts.claims, strict=True))
+            counts = [accelerators.pod_count(s, c) for s, c in zip(pod_specs, facts.claims, strict=True)]
+            facts.gpus = sum(counts)
+            if version == 0:  # the object as received: Decision.accelerators needs no second count
+                self._received.update(zip(target.pod_specs, counts, strict=True))
         self._facts[target.root] = facts
         return facts
+
+    def received_accelerators(self) -> int:
+        """Decision.accelerators: what the object as received asks for, reusing the counts rules made."""
+        return object_accelerators(self.ruleset.accelerators, self.admission, self._received)
 
     def uses_accelerator_claims(self, target: Target, container: Mapping[str, Any]) -> bool:
         accelerators = self.ruleset.accelerators
@@ -208,6 +217,26 @@ class Subject:
         if self._default_class is None:
             self._default_class = default_priority_class(classes) or ""
         return self._default_class
+
+
+def object_accelerators(
+    accelerators: Accelerators,
+    admission: AdmissionInput,
+    counted: Mapping[tuple[str | int, ...], int] | None = None,
+) -> int:
+    """Accelerators the admission's object asks for, summed over all its pod specs (`counted`: known already)."""
+    document = admission.subject
+    if not isinstance(document, dict):
+        return 0
+    total = 0
+    for path in object_target(document).pod_specs:
+        count = counted.get(path) if counted is not None else None
+        if count is None:
+            spec = get_path(document, path)
+            claims = accelerators.pod_claims(spec, admission.resource_claims, admission.resource_claim_templates)
+            count = accelerators.pod_count(spec, claims)
+        total += count
+    return total
 
 
 def evaluate_expression(expression: CompiledExpression, activation: Any) -> Any:

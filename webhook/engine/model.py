@@ -424,6 +424,10 @@ class Decision:
     trace: list[RuleTrace] = field(default_factory=list)
     errors: list[EvaluationError] = field(default_factory=list)  # evaluation errors, whatever their policy
     mutated: dict[str, Any] | None = None  # the object after the patch, when there is one
+    # Accelerators the object asks for, as received (before any patch): extended resources plus
+    # resolved DRA claims' devices, the scheduler's arithmetic, summed over its pod specs
+    # (resources.Accelerators.pod_count). Audit counts GPUs with it; counted once, by the engine.
+    accelerators: int = 0
 
     @property
     def denial_message(self) -> str:
