@@ -34,6 +34,12 @@ class Projection:
 
     trees: Mapping[str, Tree]
     covered: frozenset[int]  # ids of the expressions the trees were computed from
+    references: frozenset[str] = frozenset()  # variables those expressions read: what the shared activation holds
+    # (id of an expression, namespace uid, resourceVersion) -> (the expression, its result), for
+    # expressions of the namespace alone (Subject._namespace_result); lives as long as the rule set
+    namespace_results: dict[tuple[int, str, str], tuple[CompiledExpression, Any]] = field(
+        default_factory=dict, compare=False, hash=False
+    )
 
 
 def rule_expressions(rule: Rule, phase: Phase = Phase.ALL) -> list[CompiledExpression]:
@@ -60,9 +66,26 @@ def projection_for(ruleset: RuleSet, candidates: tuple[Rule, ...], phase: Phase)
         cached: Projection = found[1]
         return cached
     expressions = [e for rule in candidates for e in rule_expressions(rule, phase)]
-    projection = Projection(merge(e.paths for e in expressions), frozenset(id(e) for e in expressions))
+    projection = Projection(
+        merge(e.paths for e in expressions),
+        frozenset(id(e) for e in expressions),
+        frozenset().union(*(e.references for e in expressions)),
+    )
     cache[key] = (candidates, projection)
     return projection
+
+
+# Variables made from the target's facts (pod specs, containers, counts): an activation whose
+# expressions read none of them does not compute the facts.
+FACT_VARIABLES = frozenset(
+    {"podSpec", "podSpecs", "containers", "targetGpuCount", "deviceClaims", "containerGpus", "quantities"}
+)
+# An expression that reads nothing but these gives the same answer for every request in one
+# version of a namespace (params and the accelerator table are fixed per rule set).
+NAMESPACE_VARIABLES = frozenset({"namespaceObject", "params", "accelerators"})
+# Results kept per (expression, namespace version) before the table starts over (a rule set
+# has a few hundred such expressions at most; a cluster a few thousand namespaces)
+NAMESPACE_RESULTS_LIMIT = 8192
 
 
 class Subject:
@@ -85,6 +108,7 @@ class Subject:
         self._fixed: dict[int, tuple[Any, Any, Any]] = {}
         # pod spec path -> accelerators it asks for in the object as received (Decision.accelerators)
         self._received: dict[tuple[str | int, ...], int] = {}
+        self._namespace_version = namespace_version(admission.namespace_object)
 
     def edit(self) -> Patcher:
         """The patcher of the working copy, copying the object on the first edit."""
@@ -161,6 +185,32 @@ class Subject:
         converted once per request (and per state of the working copy), not once per rule.
         """
         self.budget.check(target, self.working)
+        if self._namespace_version is not None and expression.references <= NAMESPACE_VARIABLES:
+            return self._namespace_result(rule, target, expression, self._namespace_version)
+        return self._evaluate(rule, target, expression)
+
+    def _namespace_result(
+        self, rule: Rule, target: Target, expression: CompiledExpression, version: tuple[str, str]
+    ) -> Any:
+        """An expression of the namespace alone, evaluated once per namespace version (uid, resourceVersion).
+
+        The namespace cache holds each Namespace as the watch delivered it, and the apiserver gives
+        every change a new resourceVersion: until then the answer cannot change. Plain values only
+        (a list or map could be edited by whoever receives it); errors are never kept.
+        """
+        results = self.projection.namespace_results
+        key = (id(expression), *version)
+        found = results.get(key)
+        if found is not None and found[0] is expression:
+            return found[1]
+        result = self._evaluate(rule, target, expression)
+        if result is None or type(result) in (bool, int, float, str):
+            if len(results) >= NAMESPACE_RESULTS_LIMIT:
+                results.clear()
+            results[key] = (expression, result)  # the expression itself: its id stays its own
+        return result
+
+    def _evaluate(self, rule: Rule, target: Target, expression: CompiledExpression) -> Any:
         if id(expression) not in self.projection.covered:
             # not an expression of the candidate rules (cannot happen with rules from the loader):
             # the projection for every expression compiled in this environment still covers it
@@ -172,12 +222,11 @@ class Subject:
         version = self.version()
         cached = self._activations.get(target.root)
         if cached is None or cached[0] != version:
-            cached = (version, self._activation(target, None, self.ruleset.references, self.projection.trees))
+            cached = (version, self._activation(target, None, self.projection.references, self.projection.trees))
             self._activations[target.root] = cached
         return evaluate_expression(expression, cached[1])
 
     def _activation(self, target: Target, params: Any, references: frozenset[str], trees: Mapping[str, Tree]) -> Any:
-        facts = self.facts(target)
         # only what the expressions read: the runtime converts each variable deeply (projection.py)
         admission = self.admission
         fixed = self._fixed.get(id(trees))
@@ -193,15 +242,19 @@ class Subject:
             "request": fixed[1],
             "namespaceObject": fixed[2],
             "params": params,  # None in the shared activation: each expression there binds its own
-            "podSpec": project(facts.pod_specs[0], trees["podSpec"]) if len(facts.pod_specs) == 1 else None,
-            "podSpecs": facts.pod_specs,
-            "containers": facts.containers,
             "target": target.description,
-            "targetGpuCount": facts.gpus,
             "accelerators": self.ruleset.env.accelerator_table,
             "priorityClasses": admission.priority_classes,
             "defaultPriorityClass": self._default_priority_class(),
         }
+        if references.isdisjoint(FACT_VARIABLES):
+            # nothing here reads the pod specs: their facts (retaken after every edit) are not needed
+            return self.ruleset.env.activation(variables)
+        facts = self.facts(target)
+        variables["podSpec"] = project(facts.pod_specs[0], trees["podSpec"]) if len(facts.pod_specs) == 1 else None
+        variables["podSpecs"] = facts.pod_specs
+        variables["containers"] = facts.containers
+        variables["targetGpuCount"] = facts.gpus
         if "deviceClaims" in references:
             variables["deviceClaims"] = [claim for claims in facts.claims for claim in claims.items]
         if "containerGpus" in references:
@@ -217,6 +270,17 @@ class Subject:
         if self._default_class is None:
             self._default_class = default_priority_class(classes) or ""
         return self._default_class
+
+
+def namespace_version(namespace: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """(uid, resourceVersion) of a Namespace as the API serves it; None when it has no such identity (offline)."""
+    metadata = namespace.get("metadata") if isinstance(namespace, Mapping) else None
+    if not isinstance(metadata, Mapping):
+        return None
+    uid, version = metadata.get("uid"), metadata.get("resourceVersion")
+    if isinstance(uid, str) and uid and isinstance(version, str) and version:
+        return uid, version
+    return None
 
 
 def object_accelerators(

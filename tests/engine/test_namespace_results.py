@@ -1,0 +1,87 @@
+"""Expressions of the namespace alone are answered once per namespace version, never staler than that.
+
+The server's namespace cache holds each Namespace as the watch delivered it; the apiserver gives
+every change a new resourceVersion (its optimistic-concurrency token), so (uid, resourceVersion)
+names one content. Without that identity (offline doors, hand-built objects) nothing is kept.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import gpu_pod
+from webhook.engine import AdmissionInput, Phase, evaluate, load_rules
+
+RULES = """\
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: tier-label}
+spec:
+  match:
+    kinds: [Pod]
+    operations: [CREATE]
+    condition: "namespaceObject != null && has(namespaceObject.metadata.labels) && 'tier' in namespaceObject.metadata.labels"
+  mutate:
+    - setLabels:
+        valueExpressions: {tier: "namespaceObject.metadata.labels['tier']"}
+---
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: gold-only}
+spec:
+  match:
+    kinds: [Pod]
+    operations: [CREATE]
+  validate:
+    expression: "namespaceObject != null && namespaceObject.metadata.labels['tier'] == 'gold'"
+    message: "the namespace is not gold"
+"""
+
+
+@pytest.fixture
+def ruleset(tmp_path: Path) -> Any:
+    (tmp_path / "rules.yaml").write_text(RULES)
+    result = load_rules(tmp_path)
+    assert result.ok and result.ruleset is not None, result.errors
+    return result.ruleset
+
+
+def _namespace(tier: str, version: str | None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": "team-a", "labels": {"tier": tier}}
+    if version is not None:
+        metadata.update(uid="5d1c0b1e-0000-4000-8000-000000000001", resourceVersion=version)
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
+
+
+def _decide(ruleset: Any, namespace: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
+    admission = AdmissionInput.offline(gpu_pod(), namespace_object=namespace)
+    decision = evaluate(ruleset, admission, phase=Phase.ALL, trace=False)
+    return decision.patch, decision.allowed
+
+
+def test_a_new_resource_version_is_a_new_answer(ruleset: Any) -> None:
+    for _ in range(3):  # the second and third are answered from what the first computed
+        patch, allowed = _decide(ruleset, _namespace("gold", "100"))
+        assert "'gold'" in str(patch)
+        assert allowed
+    patch, allowed = _decide(ruleset, _namespace("silver", "101"))  # the label changed: a new version
+    assert "silver" in str(patch)
+    assert not allowed
+
+
+def test_without_a_version_nothing_is_kept(ruleset: Any) -> None:
+    namespace = _namespace("gold", None)
+    assert _decide(ruleset, namespace)[1]
+    namespace["metadata"]["labels"]["tier"] = "silver"  # an offline door may reuse and edit its objects
+    patch, allowed = _decide(ruleset, namespace)
+    assert "silver" in str(patch)
+    assert not allowed
+
+
+def test_kept_answers_equal_fresh_ones(ruleset: Any) -> None:
+    versioned = [_decide(ruleset, _namespace(tier, "7")) for tier in ("gold", "gold")]
+    fresh = _decide(ruleset, _namespace("gold", None))
+    assert versioned[0] == versioned[1] == fresh
