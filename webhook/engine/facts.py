@@ -146,6 +146,13 @@ class Subject:
         cached = self._facts.get(target.root)
         if cached is not None and cached.version == version:
             return cached
+        if cached is not None and self.patcher is not None:
+            edits = self.patcher.operations[cached.version :]
+            if not edits_pod_specs(edits, target):
+                # labels, annotations: the pod specs read before are still what the working copy
+                # holds (the same values, if not the same dicts once the object was copied)
+                cached.version = version
+                return cached
         pod_specs = [get_path(self.working, path) for path in target.pod_specs]
         facts = TargetFacts(version=version, pod_specs=pod_specs, containers=pod_containers(pod_specs), gpus=0)
         accelerators = self.ruleset.accelerators
@@ -380,6 +387,17 @@ def pod_containers(pod_specs: list[Any]) -> list[Any]:
                 if isinstance(value, list):
                     found.extend(value)
     return found
+
+
+def edits_pod_specs(operations: list[dict[str, Any]], target: Target) -> bool:
+    """Whether any of these patch operations writes into, or replaces, one of the target's pod specs."""
+    specs = [to_pointer(path) for path in target.pod_specs]
+    for operation in operations:
+        path = operation["path"]
+        for spec in specs:
+            if path == spec or path.startswith(spec + "/") or spec.startswith(path + "/"):
+                return True
+    return False
 
 
 def edits_containers(operations: list[dict[str, Any]], target: Target) -> bool:
