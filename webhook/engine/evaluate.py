@@ -106,6 +106,8 @@ class _Run:
         self.subject = Subject(ruleset, admission, projection, Budget(limits))
         self._refused_for_context: set[tuple[str, str]] = set()
         self._old_run: _Run | None = None  # the same rules on oldObject, for ratcheting (UPDATE)
+        # Without a trace nobody reads the entries: one scratch entry takes what every rule writes
+        self._scratch = RuleTrace(rule="", target="", matched=True)
 
     # -- phases ----------------------------------------------------------------------------------
     def mutate(self, rule: Rule) -> None:
@@ -205,17 +207,21 @@ class _Run:
         except RuleError as error:
             # A condition that cannot be evaluated is an error under failurePolicy, never "no match":
             # otherwise an object shaped to break the condition would slip past a Fail rule.
-            entry = RuleTrace(rule=rule.name, target=target.description, matched=True)
-            if self.trace:
-                self.decision.trace.append(entry)
+            entry = self._entry(rule, target, None)
             self._error(rule, target, entry, f"match.condition failed: {error}")
             return None
         if reason == REFUSED_FOR_CONTEXT:
             self._refuse_for_context(rule, target)
-        entry = RuleTrace(rule=rule.name, target=target.description, matched=reason is None, reason=reason or "")
-        if self.trace:
-            self.decision.trace.append(entry)
+        entry = self._entry(rule, target, reason)
         return entry if reason is None else None
+
+    def _entry(self, rule: Rule, target: Target, reason: str | None) -> RuleTrace:
+        """The trace entry of this rule on this target (the scratch entry when not tracing)."""
+        if not self.trace:
+            return self._scratch
+        entry = RuleTrace(rule=rule.name, target=target.description, matched=reason is None, reason=reason or "")
+        self.decision.trace.append(entry)
+        return entry
 
     def _refuse_for_context(self, rule: Rule, target: Target) -> None:
         """onMissingContext: Deny: the namespace is unknown, so the rule denies (once per rule and target)."""
