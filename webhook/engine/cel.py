@@ -96,9 +96,11 @@ class CompiledExpression:
             if ITERATION_BUDGET_ERROR in str(error):
                 raise CelEvaluationError(ITERATION_BUDGET_MESSAGE) from None
             raise
-        if result.type() == cel.Type.ERROR:
-            raise CelEvaluationError(_clean(str(result.value())))
-        return result.plain_value()
+        value = result.plain_value()
+        # an error's plain value is its message: only a string result needs the (slower) type() check
+        if type(value) is str and result.type() == cel.Type.ERROR:
+            raise CelEvaluationError(_clean(value))
+        return value
 
 
 class CelEnvironment:
