@@ -140,14 +140,14 @@ def _real_path(r: dict[str, Any]) -> list[str]:
             f"{mutate['achieved_rps']:.0f} | "
             f"{validate['achieved_rps']:.0f} |"
         )
-    if "before" in found and "after" in found:
-        ratio = found["after"]["create_mean_ms"] / found["before"]["create_mean_ms"]
-        cpu = found["after"]["create_cpu_ms"] / found["before"]["create_cpu_ms"]
-        lines += [
-            "",
-            f"after / before: mean handler time {_f(ratio)}, process CPU per create {_f(cpu)} "
-            f"(before = {r.get('before')}).",
-        ]
+    for new, old, where in (("after", "before", f" (before = {r.get('before')})"), ("uvloop", "asyncio", "")):
+        if new in found and old in found:
+            ratio = found[new]["create_mean_ms"] / found[old]["create_mean_ms"]
+            cpu = found[new]["create_cpu_ms"] / found[old]["create_cpu_ms"]
+            lines += [
+                "",
+                f"{new} / {old}: mean handler time {_f(ratio)}, process CPU per create {_f(cpu)}{where}.",
+            ]
     return [*lines, ""]
 
 

@@ -176,22 +176,35 @@ def _wait_http_ready(port: int, timeout: float = 30.0) -> None:
     raise RuntimeError(f"metrics port {port} not ready within {timeout:.0f}s")
 
 
-def real_path(tmp: Path, certs: Path, loop: str, before: Path | None, duration: float, repeats: int) -> dict[str, Any]:
+def real_path(
+    tmp: Path,
+    certs: Path,
+    loop: str,
+    before: Path | None,
+    duration: float,
+    repeats: int,
+    compare_loops: bool = False,
+) -> dict[str, Any]:
     """A real pod create's cost, from the servers' own handler-time histogram.
 
     The apiserver-shaped GPU pod (bench/apiserver.py) to /mutate, then its validating-phase
     review to /validate, with the namespace cache on (bench/cluster.py). With `before` (another
     checkout, e.g. main), its server runs beside this one, and every load alternates between
-    them, so the two are measured under the same neighbours. Best repeat by mean.
+    them, so the two are measured under the same neighbours. With `compare_loops`, this checkout
+    runs twice instead, on asyncio and on uvloop (the same alternation). Best repeat by mean.
     """
-    variants = {"before": before, "after": REPO} if before is not None else {"after": REPO}
+    variants: dict[str, tuple[Path, str]] = {"after": (REPO, loop)}
+    if compare_loops:
+        variants = {"asyncio": (REPO, "asyncio"), "uvloop": (REPO, "uvloop")}
+    elif before is not None:
+        variants = {"before": (before, loop), "after": (REPO, loop)}
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {name: {"mutate": [], "validate": []} for name in variants}
     with cluster.stand_in(tmp) as kubeconfig, contextlib.ExitStack() as stack:
         servers = {}
-        for name, repo in variants.items():
+        for name, (repo, variant_loop) in variants.items():
             port = free_port()
             running = stack.enter_context(
-                server("gpu-webhook", certs, loop=loop, repo=repo, kubeconfig=kubeconfig, metrics_port=port)
+                server("gpu-webhook", certs, loop=variant_loop, repo=repo, kubeconfig=kubeconfig, metrics_port=port)
             )
             _wait_http_ready(port)
             servers[name] = (running, port)
@@ -226,7 +239,9 @@ def real_path(tmp: Path, certs: Path, loop: str, before: Path | None, duration: 
     return out
 
 
-def run(quick: bool, loop: str, before: Path | None = None, only_real_path: bool = False) -> dict[str, Any]:
+def run(
+    quick: bool, loop: str, before: Path | None = None, only_real_path: bool = False, compare_loops: bool = False
+) -> dict[str, Any]:
     duration = 4.0 if quick else 6.0
     short = 3.0 if quick else 5.0
     repeats = 1 if quick else 2
@@ -237,8 +252,8 @@ def run(quick: bool, loop: str, before: Path | None = None, only_real_path: bool
         write_bundle(generate_bundle(["localhost"], ["127.0.0.1"]), certs)
         ca = str(certs / CA_FILE)
         print("== a real pod create: handler time from the server's histogram (apiserver-shaped, namespace on)")
-        results["real_path"] = real_path(Path(tmp), certs, loop, before, short, repeats + 1)
-        if before is not None:
+        results["real_path"] = real_path(Path(tmp), certs, loop, before, short, repeats + 1, compare_loops)
+        if before is not None and not compare_loops:
             results["before"] = str(before)
         if only_real_path:
             results["machine"]["loadavg_at_end"] = os.getloadavg()
@@ -364,9 +379,14 @@ def main() -> int:
         "in the real-path section, for before/after figures from the same run",
     )
     parser.add_argument("--real-path-only", action="store_true", help="measure only the real pod create (~1 minute)")
+    parser.add_argument(
+        "--compare-loops",
+        action="store_true",
+        help="in the real-path section, run this checkout on asyncio and on uvloop side by side (not --before)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    results = run(args.quick, args.loop, args.before, args.real_path_only)
+    results = run(args.quick, args.loop, args.before, args.real_path_only, args.compare_loops)
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     (args.out / f"{stamp}.json").write_text(json.dumps(results, indent=2))
