@@ -8,10 +8,9 @@ construction. A missing parent is created together with its child, in one `add`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from .pointer import Path, to_pointer
+from .pointer import Path, get_path, to_pointer
 
 
 class Patcher:
@@ -20,17 +19,7 @@ class Patcher:
         self.operations: list[dict[str, Any]] = []
 
     def get(self, path: Path) -> Any:
-        node: Any = self.document
-        for part in path:
-            if isinstance(part, int):
-                if not isinstance(node, list) or not 0 <= part < len(node):
-                    return None
-                node = node[part]
-            else:
-                if not isinstance(node, Mapping):
-                    return None
-                node = node.get(part)
-        return node
+        return get_path(self.document, path)
 
     def set(self, path: Path, value: Any) -> None:
         """Set a map entry, creating missing parent maps in the same operation."""
