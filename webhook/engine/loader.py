@@ -217,16 +217,15 @@ def _dotted(path: Iterable[Any]) -> str:
 
 
 def _compile_rule(document: Document, env: CelEnvironment, errors: list[LoadError]) -> Rule | None:
-    # params become a constant of each expression, so one activation serves all rules (cel.py)
-    with env.rule_params(document.data["spec"].get("params") or {}):
-        return _compile_rule_body(document, env, errors)
-
-
-def _compile_rule_body(document: Document, env: CelEnvironment, errors: list[LoadError]) -> Rule | None:
     data = document.data
     spec = data["spec"]
     name = data["metadata"]["name"]
     before = len(errors)
+    params = spec.get("params") or {}
+
+    def compile_cel(text: str) -> CompiledExpression:
+        # params become a constant of each expression, so one activation serves all rules (cel.py)
+        return env.compile(text, params=params)
 
     def expression(path: tuple[Any, ...]) -> CompiledExpression | None:
         node: Any = data
@@ -235,7 +234,7 @@ def _compile_rule_body(document: Document, env: CelEnvironment, errors: list[Loa
             if node is None:
                 return None
         try:
-            compiled = env.compile(node)
+            compiled = compile_cel(node)
         except CelCompileError as error:
             where = _text_location(document, path, node, error.line, error.column)
             errors.append(LoadError(where, f"{_dotted(path)}: CEL: {error}", name))
@@ -278,7 +277,6 @@ def _compile_rule_body(document: Document, env: CelEnvironment, errors: list[Loa
                 message_expression=message_expression,
             )
     mutations = []
-    params = spec.get("params") or {}
     for index, operation in enumerate(spec.get("mutate") or []):
         ((operation_name, args),) = operation.items()
         where = _location(document, ("spec", "mutate", index))
@@ -294,7 +292,7 @@ def _compile_rule_body(document: Document, env: CelEnvironment, errors: list[Loa
                 )
                 continue
         try:
-            mutation = build_mutation({operation_name: args}, env)
+            mutation = build_mutation({operation_name: args}, compile_cel)
         except CelCompileError as error:
             errors.append(LoadError(where, f"spec.mutate[{index}]: CEL: {error}", name))
             continue

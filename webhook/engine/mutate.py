@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from .cel import CelEnvironment, CompiledExpression
+from .cel import CompiledExpression
 from .model import Target
 from .patch import Patcher
 from .pointer import Path
@@ -21,6 +21,8 @@ from .resources import Accelerators
 
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# compiles one CEL text of a mutation's arguments (the loader binds the rule's params in)
+Compile = Callable[[str], CompiledExpression]
 
 
 class MutationError(ValueError):
@@ -156,7 +158,7 @@ class AddToleration:
     table: tuple[ByResource, ...] = ()
 
     @classmethod
-    def build(cls, spec: Mapping[str, Any], env: CelEnvironment) -> AddToleration:
+    def build(cls, spec: Mapping[str, Any], compile_cel: Compile) -> AddToleration:
         if "byResourcePrefix" in spec:
             return cls(None, ByResource.table(spec["byResourcePrefix"], _toleration))
         return cls(_toleration(spec))
@@ -226,7 +228,7 @@ class RequireNodeAffinity:
     table: tuple[ByResource, ...] = ()
 
     @classmethod
-    def build(cls, spec: Mapping[str, Any], env: CelEnvironment) -> RequireNodeAffinity:
+    def build(cls, spec: Mapping[str, Any], compile_cel: Compile) -> RequireNodeAffinity:
         if "byResourcePrefix" in spec:
             return cls(None, ByResource.table(spec["byResourcePrefix"], _requirement))
         return cls(_requirement(spec))
@@ -477,34 +479,34 @@ class SetQueueName:
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
-def _value_or_expression(spec: Mapping[str, Any], env: CelEnvironment) -> tuple[str | None, CompiledExpression | None]:
+def _value_or_expression(spec: Mapping[str, Any], compile_cel: Compile) -> tuple[str | None, CompiledExpression | None]:
     if "valueExpression" in spec:
-        return None, env.compile(spec["valueExpression"])
+        return None, compile_cel(spec["valueExpression"])
     return spec.get("value"), None
 
 
-def _build_metadata(field: str) -> Callable[[Mapping[str, Any], CelEnvironment], SetMetadata]:
-    def build(spec: Mapping[str, Any], env: CelEnvironment) -> SetMetadata:
+def _build_metadata(field: str) -> Callable[[Mapping[str, Any], Compile], SetMetadata]:
+    def build(spec: Mapping[str, Any], compile_cel: Compile) -> SetMetadata:
         return SetMetadata(
             field=field,
             values=tuple((spec.get("values") or {}).items()),
-            expressions=tuple((k, env.compile(v)) for k, v in (spec.get("valueExpressions") or {}).items()),
+            expressions=tuple((k, compile_cel(v)) for k, v in (spec.get("valueExpressions") or {}).items()),
             override=bool(spec.get("override", False)),
         )
 
     return build
 
 
-def _build_pod_field(field: str) -> Callable[[Mapping[str, Any], CelEnvironment], SetPodField]:
-    def build(spec: Mapping[str, Any], env: CelEnvironment) -> SetPodField:
-        value, expression = _value_or_expression(spec, env)
+def _build_pod_field(field: str) -> Callable[[Mapping[str, Any], Compile], SetPodField]:
+    def build(spec: Mapping[str, Any], compile_cel: Compile) -> SetPodField:
+        value, expression = _value_or_expression(spec, compile_cel)
         return SetPodField(field=field, value=value, expression=expression, override=bool(spec.get("override")))
 
     return build
 
 
 # operation name -> (JSON schema of its arguments, builder); every door and the schema read this table
-OPERATIONS: dict[str, tuple[dict[str, Any], Callable[[Mapping[str, Any], CelEnvironment], Mutation]]] = {
+OPERATIONS: dict[str, tuple[dict[str, Any], Callable[[Mapping[str, Any], Compile], Mutation]]] = {
     "addToleration": (AddToleration.schema, AddToleration.build),
     "requireNodeAffinity": (RequireNodeAffinity.schema, RequireNodeAffinity.build),
     "setLabels": (SetMetadata.schema, _build_metadata("labels")),
@@ -513,21 +515,21 @@ OPERATIONS: dict[str, tuple[dict[str, Any], Callable[[Mapping[str, Any], CelEnvi
     "setSchedulerName": (SetPodField.schema, _build_pod_field("schedulerName")),
     "addEnv": (
         AddEnv.schema,
-        lambda spec, env: AddEnv(
+        lambda spec, compile_cel: AddEnv(
             env_name=spec["name"],
             value=spec["value"],
             containers=spec.get("containers", "all"),
             override=bool(spec.get("override")),
         ),
     ),
-    "merge": (Merge.schema, lambda spec, env: Merge(dict(spec))),
-    "setQueueName": (SetQueueName.schema, lambda spec, env: SetQueueName(*_value_or_expression(spec, env))),
+    "merge": (Merge.schema, lambda spec, compile_cel: Merge(dict(spec))),
+    "setQueueName": (SetQueueName.schema, lambda spec, compile_cel: SetQueueName(*_value_or_expression(spec, compile_cel))),
 }
 
 
-def build_mutation(spec: Mapping[str, Any], env: CelEnvironment) -> Mutation:
+def build_mutation(spec: Mapping[str, Any], compile_cel: Compile) -> Mutation:
     ((name, args),) = spec.items()
-    return OPERATIONS[name][1](args or {}, env)
+    return OPERATIONS[name][1](args or {}, compile_cel)
 
 
 def mutation_name(mutation: Mutation) -> str:
