@@ -25,6 +25,7 @@ import jsonpatch
 
 from webhook.engine import AdmissionInput, LoadError, Phase, RuleSet, evaluate, load_rules, rule_files
 from webhook.engine.model import SourceLocation
+from webhook.engine.mutate import MUTATIONS
 from webhook.engine.schema import API_VERSION, POLICY_KIND
 from webhook.engine.yamlsource import Document, YamlError, load_documents
 
@@ -58,7 +59,7 @@ SLOW_FORMS = {
     ),
 }
 
-# The expressions of a rule, by path inside its document (mutation expressions are found by walking).
+# The expressions of a rule, by path inside its document (mutations declare theirs: mutate.MUTATIONS).
 _EXPRESSION_PATHS: tuple[tuple[str, ...], ...] = (
     ("spec", "match", "condition"),
     ("spec", "validate", "expression"),
@@ -192,14 +193,11 @@ def _expressions(data: Mapping[str, Any]) -> Iterator[tuple[tuple[Any, ...], str
         if not isinstance(operation, Mapping):
             continue
         for name, args in operation.items():
-            if not isinstance(args, Mapping):
-                continue
-            if isinstance(args.get("valueExpression"), str):
-                yield ("spec", "mutate", index, name, "valueExpression"), args["valueExpression"]
-            expressions = args.get("valueExpressions")
-            for key, text in expressions.items() if isinstance(expressions, Mapping) else ():
-                if isinstance(text, str):
-                    yield ("spec", "mutate", index, name, "valueExpressions", key), text
+            kind = MUTATIONS.get(name)
+            if kind is None:
+                continue  # the loader reports the unknown operation
+            for path, text in kind.cel_texts(args):
+                yield ("spec", "mutate", index, name, *path), text
 
 
 def _dotted(path: Iterable[Any]) -> str:

@@ -18,7 +18,7 @@ from jsonschema import Draft202012Validator
 
 from .cel import CelCompileError, CelEnvironment, CompiledExpression
 from .model import Action, LabelSelector, LoadError, Match, Rule, SourceLocation, Validation
-from .mutate import OPERATIONS, build_mutation
+from .mutate import MUTATIONS, Mutation, build_mutation
 from .resources import DEFAULT_ACCELERATORS, DEFAULT_DEVICE_CLASSES, Accelerators
 from .ruleset import RuleSet
 from .schema import API_VERSION, CONFIG_KIND, CONFIG_SCHEMA, POLICY_KIND, POLICY_SCHEMA, TEST_KIND
@@ -282,7 +282,7 @@ def _compile_rule(document: Document, env: CelEnvironment, errors: list[LoadErro
         where = _location(document, ("spec", "mutate", index))
         if isinstance(args, Mapping) and "fromParam" in args:
             args = params.get(args["fromParam"])
-            problems = list(Draft202012Validator(OPERATIONS[operation_name][0]).iter_errors(args))
+            problems = list(Draft202012Validator(MUTATIONS[operation_name].schema).iter_errors(args))
             if problems:
                 detail = problems[0].message if args is not None else "is not set"
                 errors.append(
@@ -348,15 +348,9 @@ def _param_name(operation: Mapping[str, Any]) -> str:
     return str(args["fromParam"])
 
 
-def _mutation_expressions(mutation: Any) -> list[CompiledExpression]:
-    found = []
-    for attribute in ("expression", "expressions"):
-        value = getattr(mutation, attribute, None)
-        if isinstance(value, CompiledExpression):
-            found.append(value)
-        elif isinstance(value, tuple):
-            found.extend(v for _, v in value if isinstance(v, CompiledExpression))
-    return found
+def _mutation_expressions(mutation: Mutation) -> list[CompiledExpression]:
+    """The CEL a mutation holds, as it declares it (evaluate.py imports this name)."""
+    return list(mutation.cel())
 
 
 def _selector(spec: Mapping[str, Any] | None) -> LabelSelector | None:
