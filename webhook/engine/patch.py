@@ -22,7 +22,7 @@ class Patcher:
         return get_path(self.document, path)
 
     def set(self, path: Path, value: Any) -> None:
-        """Set a map entry, creating missing parent maps in the same operation."""
+        """Set a map entry (or replace an existing list item), creating missing parent maps in one operation."""
         parent_path, key = path[:-1], path[-1]
         existing = 0
         node: Any = self.document
@@ -47,6 +47,10 @@ class Patcher:
                 nested = {part: nested}
             self._record("add", path[: existing + 1], nested)
             node[path[existing]] = nested
+            return
+        if isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
+            self._record("replace", path, value)  # an existing list item (addEnv override)
+            node[key] = value
             return
         if not isinstance(node, dict):
             raise PatchConflict(f"cannot set {to_pointer(path)}: parent is not an object")
