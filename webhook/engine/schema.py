@@ -113,9 +113,7 @@ POLICY_SCHEMA: dict[str, Any] = {
                         "minProperties": 1,
                         "maxProperties": 1,
                         "additionalProperties": False,
-                        "properties": {
-                            name: {"anyOf": [kind.schema, _FROM_PARAM]} for name, kind in MUTATIONS.items()
-                        },
+                        "properties": {name: {"anyOf": [kind.schema, _FROM_PARAM]} for name, kind in MUTATIONS.items()},
                     },
                 },
                 "params": {"type": "object"},
