@@ -152,3 +152,15 @@ def test_no_other_string_literal_scanner_in_the_modules_that_use_celsyntax() -> 
         source = path.read_text()
         assert "celsyntax" in source and "[rRbB]" not in source, path
     assert "[rRbB]" not in (ENGINE.parent / "authoring" / "lint.py").read_text()
+
+
+def test_lint_params_check_ignores_params_named_in_literals_and_comments(tmp_path: Path) -> None:
+    rule = tmp_path / "rule.yaml"
+    rule.write_text(
+        "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: r}\nspec:\n"
+        "  match: {kinds: [Pod]}\n  params: {team: a}\n  validate:\n"
+        "    expression: \"params.team != 'see params.teem' // or params.tema\"\n    message: m\n"
+    )
+    assert [str(e) for e in lint([rule])] == []
+    rule.write_text(rule.read_text().replace("params.team !=", "params.teem !="))
+    assert ["params.teem is not a param of this rule" in str(e) for e in lint([rule])] == [True]

@@ -164,9 +164,10 @@ def _param_errors(document: Document) -> Iterator[LoadError]:
         return
     params = given if isinstance(given := spec.get("params"), Mapping) else {}
     for path, text in _expressions(document.data):
+        code = celsyntax.blank(text)  # a reference inside a literal or a comment is text, not a read
         for found in _PARAM_REFERENCE.finditer(text):
             name = found.group(1) or found.group(2)
-            if name in params:
+            if name in params or not code.startswith("params", found.start()):
                 continue
             close = difflib.get_close_matches(name, [str(k) for k in params], n=1, cutoff=0.6)
             close = close or [k for k in map(str, params) if k.lower() == name.lower()]
