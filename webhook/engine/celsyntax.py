@@ -11,17 +11,21 @@ triple-quoted literals span lines. `//` starts a comment to the end of the line,
 A field name may be quoted in backticks (object.metadata.`app.kubernetes.io/name`).
 
 Why text and not the checked tree the runtime returns (`Expression.serialize()`, a
-google.protobuf.Any holding a cel.expr.CheckedExpr): measured on the default pack (rules/, 44
-expressions, 20,013 characters; loading takes 310-700 ms on this shared machine, of which 40 ms
-is compiling the authors' texts), best of 20:
-  tokenize + cost check 2.1 ms, helper rewrite 8.5 ms, lint's parser 7.3 ms (the scanners before
-  this module; this one is within 20% of them, see bench note in the tests);
-  serialize() 0.7 ms (136 KB) + decoding it in pure Python 30 ms (no protobuf library is a
-  dependency; a minimal wire decoder written for the measurement).
-The tree would cost more than the scanning it replaces, needs a protobuf decoder or a new
-dependency, and cannot serve the rewrite at all: it carries start offsets only (no end, so no
-argument text to splice) and the macro-expanded form (all() becomes a comprehension). So the
-engine keeps text, scanned by this one tokenizer.
+google.protobuf.Any holding a cel.expr.CheckedExpr), measured on the default pack (rules/: 44
+expressions, 20,013 characters), best of 30 in one run, 2026-11-23, shared 2-core machine:
+  load_rules(rules/)                                        237 ms (min of 5)
+    of which compiling the authors' texts in the runtime     23 ms
+  text, before: cost check + helper rewrite (two scanners)  9.7 ms;  lint's parser  8.7 ms
+  text, now: one tokenize shared by cost check and rewrite   7.9 ms;  lint's parser 11.1 ms
+  tree: serialize() + decoding it in pure Python            23.7 ms (136 KB; no protobuf library
+                                                            is a dependency: a minimal wire
+                                                            decoder written for the measurement)
+The tree would add ~10% to a load to replace the cheapest scan (the cost check, 2-6 ms), needs
+a protobuf decoder or a new dependency, and cannot serve the rewrite at all: it carries start
+offsets only (no end, so no argument text to splice back) and the macro-expanded form (all()
+becomes a comprehension). So the engine keeps text, scanned by this one tokenizer.
+`python -m bench.cel_syntax` re-measures the tokenizer and the tree (the "before" figures were
+taken from the replaced scanners in the same run, before they were removed).
 """
 
 from __future__ import annotations
