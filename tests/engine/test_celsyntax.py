@@ -108,7 +108,7 @@ def test_rewrite_reads_past_a_quote_in_a_comment() -> None:
     # the old rewrite stopped at the comment's quote ("unterminated string literal") and left the
     # expression to the slower Python helpers
     assert rewrite("quantity('1Gi') > 0.0 // 'quoted") == "1073741824.0 > 0.0 // 'quoted"
-    assert rewrite("isQuantity('1x') // \"see (below\n || true") == "false // \"see (below\n || true"
+    assert rewrite("isQuantity('1x') // \"see (below\n || true") == 'false // "see (below\n || true'
 
 
 def test_rewrite_leaves_literals_and_comments_alone() -> None:
