@@ -614,7 +614,10 @@ MUTATIONS: dict[str, MutationKind] = {
             SetMetadata.schema,
             _build_metadata("setLabels", "labels"),
             examples=(
-                {"values": {"gpu-webhook.io/managed": "true"}, "valueExpressions": {"owner": "object.metadata.name"}},
+                {
+                    "values": {"gpu-webhook.io/managed": "true"},
+                    "valueExpressions": {"workload": "object.kind == 'Pod' ? 'pod' : object.kind.lowerAscii()"},
+                },
             ),
             cel_fields=(("valueExpressions", "*"),),
         ),
