@@ -28,8 +28,7 @@ def env() -> CelEnvironment:
 
 @pytest.mark.parametrize("params", VALUES)
 def test_the_literal_is_the_same_value_as_the_converted_params(env: CelEnvironment, params: Any) -> None:
-    with env.rule_params(params):
-        bound = env.compile("params")
+    bound = env.compile("params", params=params)
     assert bound.params_bound
     plain = env.compile("params")
     assert not plain.params_bound
@@ -39,18 +38,23 @@ def test_the_literal_is_the_same_value_as_the_converted_params(env: CelEnvironme
 @pytest.mark.parametrize("params", [{"when": datetime.datetime(2026, 1, 1)}, {"huge": 2**70}, {"nan": float("nan")}])
 def test_params_without_a_literal_keep_the_per_rule_variable(env: CelEnvironment, params: Any) -> None:
     assert cel_literal(params) is None
-    with env.rule_params(params):
-        assert not env.compile("has(params.x)").params_bound
+    assert not env.compile("has(params.x)", params=params).params_bound
+
+
+def test_params_are_an_argument_of_compile_not_state_of_the_environment(env: CelEnvironment) -> None:
+    assert env.compile("params.a == 1", params={"a": 1}).params_bound
+    after = env.compile("params.a == 1")  # nothing left over from the call before
+    assert not after.params_bound
+    assert after.evaluate(env.activation({"params": {"a": 2}})) is False
 
 
 def test_trailing_comment_and_error_positions_are_the_authors(env: CelEnvironment) -> None:
     broken = "params.a == 1 &&\n  nosuch.b"
     with pytest.raises(CelCompileError) as plain:
         env.compile(broken)
-    with env.rule_params({"a": 1}):
-        assert env.compile("params.a == 1 // the usual").evaluate(env.activation({})) is True
-        with pytest.raises(CelCompileError) as bound:
-            env.compile(broken)
+    assert env.compile("params.a == 1 // the usual", params={"a": 1}).evaluate(env.activation({})) is True
+    with pytest.raises(CelCompileError) as bound:
+        env.compile(broken, params={"a": 1})
     assert (bound.value.line, bound.value.column) == (plain.value.line, plain.value.column)
     assert bound.value.line == 2 and str(bound.value) == str(plain.value)
 

@@ -6,195 +6,25 @@ always false) on the first real request. Here a small CEL parser builds just eno
 a syntax tree to follow selections from the known variables (and the variables that
 `all`/`exists`/`filter`/`map` bind over their lists) through the Pod field list of
 `podfields`, and reports the first field that does not exist, with its offset in the
-expression text.
+expression text. The parser is the engine's CEL syntax module (engine/celsyntax.py).
 """
 
 from __future__ import annotations
 
 import difflib
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from webhook.engine.celsyntax import CelSyntaxError, Node, parse
 
 from .podfields import ANY, CONTAINER, NAMESPACE, POD, POD_ONLY_SPEC_FIELDS, POD_SPEC, FieldType, ListOf, MapOf, Struct
 
-_TOKEN = re.compile(
-    r"""
-    (?P<space>\s+|//[^\n]*)
-  | (?P<string>[rRbB]{0,2}(?:\"\"\"[\s\S]*?\"\"\"|'''[\s\S]*?'''|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'))
-  | (?P<number>0x[0-9a-fA-F]+u?|\d+\.\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|\d+(?:[eE][+-]?\d+)?u?)
-  | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
-  | (?P<op>&&|\|\||==|!=|<=|>=|[-+*/%!<>?:.,()\[\]{}])
-    """,
-    re.VERBOSE,
-)
 _MACROS = frozenset({"all", "exists", "exists_one", "filter", "map"})
-_RELATIONS = frozenset({"<", "<=", ">", ">=", "==", "!=", "in"})
-
-
-class CelSyntaxError(ValueError):
-    """Our parser could not follow the text: the CEL compiler reports the real error."""
-
-
-@dataclass(slots=True)
-class Node:
-    kind: str  # ident | select | call | index | other
-    position: int = 0  # offset of the identifier or field name
-    name: str = ""  # identifier, field or function name
-    children: list[Node] = field(default_factory=list)  # select/index: [operand, ...]; call: [target?, args...]
-    has_target: bool = False  # a receiver-style call: x.f(...)
 
 
 @dataclass(frozen=True, slots=True)
 class FieldProblem:
     offset: int  # where the bad field name starts in the expression text
     message: str
-
-
-def _tokens(text: str) -> list[tuple[str, str, int]]:
-    found: list[tuple[str, str, int]] = []
-    position = 0
-    while position < len(text):
-        match = _TOKEN.match(text, position)
-        if match is None:
-            raise CelSyntaxError(f"unexpected character at {position}")
-        kind = match.lastgroup or ""
-        if kind != "space":
-            found.append((kind, match.group(), position))
-        position = match.end()
-    found.append(("end", "", len(text)))
-    return found
-
-
-class _Parser:
-    """Recursive descent over CEL's grammar; precedence as in the CEL spec."""
-
-    def __init__(self, text: str) -> None:
-        self.tokens = _tokens(text)
-        self.at = 0
-
-    def peek(self) -> tuple[str, str, int]:
-        return self.tokens[self.at]
-
-    def take(self, value: str | None = None) -> tuple[str, str, int]:
-        token = self.tokens[self.at]
-        if value is not None and token[1] != value:
-            raise CelSyntaxError(f"expected {value!r} at {token[2]}")
-        self.at += 1
-        return token
-
-    def parse(self) -> Node:
-        node = self.expression()
-        if self.peek()[0] != "end":
-            raise CelSyntaxError("trailing input")
-        return node
-
-    def expression(self) -> Node:
-        node = self.binary(0)
-        if self.peek()[1] == "?":
-            self.take()
-            yes = self.expression()
-            self.take(":")
-            no = self.expression()
-            return Node("other", children=[node, yes, no])
-        return node
-
-    _LEVELS: tuple[frozenset[str], ...] = (
-        frozenset({"||"}),
-        frozenset({"&&"}),
-        _RELATIONS,
-        frozenset({"+", "-"}),
-        frozenset({"*", "/", "%"}),
-    )
-
-    def binary(self, level: int) -> Node:
-        if level == len(self._LEVELS):
-            return self.unary()
-        node = self.binary(level + 1)
-        while self.peek()[1] in self._LEVELS[level] and self.peek()[0] in ("op", "ident"):
-            self.take()
-            node = Node("other", children=[node, self.binary(level + 1)])
-        return node
-
-    def unary(self) -> Node:
-        if self.peek()[1] in ("!", "-"):
-            self.take()
-            return Node("other", children=[self.unary()])
-        return self.member()
-
-    def member(self) -> Node:
-        node = self.primary()
-        while True:
-            value = self.peek()[1]
-            if value == ".":
-                self.take()
-                kind, name, position = self.take()
-                if kind != "ident":
-                    raise CelSyntaxError(f"expected a field name at {position}")
-                if self.peek()[1] == "(":
-                    node = Node("call", position, name, [node, *self.arguments("(", ")")], has_target=True)
-                else:
-                    node = Node("select", position, name, [node])
-            elif value == "[":
-                self.take()
-                index = self.expression()
-                self.take("]")
-                node = Node("index", children=[node, index])
-            elif value == "{":  # message construction: not used on Kubernetes objects
-                node = Node("other", children=[node, *self.entries()])
-            else:
-                return node
-
-    def primary(self) -> Node:
-        kind, value, position = self.peek()
-        if value == ".":
-            self.take()
-            kind, value, position = self.peek()
-        if kind == "ident":
-            self.take()
-            if self.peek()[1] == "(":
-                return Node("call", position, value, self.arguments("(", ")"))
-            return Node("ident", position, value)
-        if value == "(":
-            self.take()
-            node = self.expression()
-            self.take(")")
-            return node
-        if value == "[":
-            return Node("other", children=self.arguments("[", "]"))
-        if value == "{":
-            return Node("other", children=self.entries())
-        if kind in ("string", "number"):
-            self.take()
-            return Node("other")
-        raise CelSyntaxError(f"unexpected {value!r} at {position}")
-
-    def arguments(self, opening: str, closing: str) -> list[Node]:
-        self.take(opening)
-        found: list[Node] = []
-        while self.peek()[1] != closing:
-            found.append(self.expression())
-            if self.peek()[1] != ",":
-                break
-            self.take()
-        self.take(closing)
-        return found
-
-    def entries(self) -> list[Node]:
-        self.take("{")
-        found: list[Node] = []
-        while self.peek()[1] != "}":
-            found.append(self.expression())
-            self.take(":")
-            found.append(self.expression())
-            if self.peek()[1] != ",":
-                break
-            self.take()
-        self.take("}")
-        return found
-
-
-def parse(text: str) -> Node:
-    return _Parser(text).parse()
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,8 +23,9 @@ from typing import Any
 
 import jsonpatch
 
-from webhook.engine import AdmissionInput, LoadError, Phase, RuleSet, evaluate, load_rules, rule_files
+from webhook.engine import AdmissionInput, LoadError, Phase, RuleSet, celsyntax, evaluate, load_rules, rule_files
 from webhook.engine.model import SourceLocation
+from webhook.engine.mutate import MUTATIONS
 from webhook.engine.schema import API_VERSION, POLICY_KIND
 from webhook.engine.yamlsource import Document, YamlError, load_documents
 
@@ -34,7 +35,6 @@ from .celfields import field_problems, scope_for
 # Measured with cel-expr-python 0.1.3, 20,000 evaluations of one rule on a one-container GPU pod,
 # RSS after gc and malloc_trim: these forms call a Python-implemented helper with an argument,
 # and the binding keeps what it converted (celhelpers.py rewrites the fast forms into plain CEL).
-_STRING = re.compile(r"'(?:\\.|[^'\\\n])*'" + r'|"(?:\\.|[^"\\\n])*"')
 _GPU_COUNT = re.compile(r"\bgpuCount\s*\(([^()]*)\)")
 _QUANTITY = re.compile(r"\bquantity\s*\(([^()]*)\)")
 _SPLIT = re.compile(r"\.\s*split\s*\(")
@@ -58,7 +58,7 @@ SLOW_FORMS = {
     ),
 }
 
-# The expressions of a rule, by path inside its document (mutation expressions are found by walking).
+# The expressions of a rule, by path inside its document (mutations declare theirs: mutate.MUTATIONS).
 _EXPRESSION_PATHS: tuple[tuple[str, ...], ...] = (
     ("spec", "match", "condition"),
     ("spec", "validate", "expression"),
@@ -126,8 +126,8 @@ def _slow_forms(document: Document) -> Iterator[LoadError]:
     """CEL forms that pass every check but leak memory per request or run for seconds on a tenant's
     string: each with the reason and the fast form (SLOW_FORMS)."""
     for path, text in _expressions(document.data):
-        # string literals blanked (same length, so offsets stay right): a form inside one is text
-        code = _STRING.sub(lambda m: "'" + "_" * (len(m.group(0)) - 2) + "'", text)
+        # literals and comments blanked (same length, so offsets stay right): a form inside one is text
+        code = celsyntax.blank(text, fill="_")
         found: list[tuple[int, str]] = []
         for call in _GPU_COUNT.finditer(code):
             if call.group(1).strip() != "podSpec":
@@ -164,9 +164,10 @@ def _param_errors(document: Document) -> Iterator[LoadError]:
         return
     params = given if isinstance(given := spec.get("params"), Mapping) else {}
     for path, text in _expressions(document.data):
+        code = celsyntax.blank(text)  # a reference inside a literal or a comment is text, not a read
         for found in _PARAM_REFERENCE.finditer(text):
             name = found.group(1) or found.group(2)
-            if name in params:
+            if name in params or not code.startswith("params", found.start()):
                 continue
             close = difflib.get_close_matches(name, [str(k) for k in params], n=1, cutoff=0.6)
             close = close or [k for k in map(str, params) if k.lower() == name.lower()]
@@ -192,14 +193,11 @@ def _expressions(data: Mapping[str, Any]) -> Iterator[tuple[tuple[Any, ...], str
         if not isinstance(operation, Mapping):
             continue
         for name, args in operation.items():
-            if not isinstance(args, Mapping):
-                continue
-            if isinstance(args.get("valueExpression"), str):
-                yield ("spec", "mutate", index, name, "valueExpression"), args["valueExpression"]
-            expressions = args.get("valueExpressions")
-            for key, text in expressions.items() if isinstance(expressions, Mapping) else ():
-                if isinstance(text, str):
-                    yield ("spec", "mutate", index, name, "valueExpressions", key), text
+            kind = MUTATIONS.get(name)
+            if kind is None:
+                continue  # the loader reports the unknown operation
+            for path, text in kind.cel_texts(args):
+                yield ("spec", "mutate", index, name, *path), text
 
 
 def _dotted(path: Iterable[Any]) -> str:

@@ -13,14 +13,14 @@ from __future__ import annotations
 import contextlib
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_strings
 
-from . import celhelpers, projection
+from . import celhelpers, celsyntax, projection
 from .quantity import QuantityError, parse_quantity, quantity_of
 from .resources import Accelerators
 
@@ -59,11 +59,6 @@ _POSITION = re.compile(r"<input>:(\d+):(\d+):")
 MAX_EXPRESSION_LENGTH = 10_000
 MAX_COMPREHENSION_DEPTH = 3  # the default pack needs 2; each level multiplies the work by a list's size
 _COMPREHENSIONS = frozenset({"all", "exists", "exists_one", "map", "filter", "transformList", "transformMap"})
-_STRING_LITERAL = re.compile(
-    r"""[rRbB]{0,2}(?:'{3}.*?'{3}|"{3}.*?"{3}|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*")""", re.DOTALL
-)
-_CALL = re.compile(r"\.\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(")
-_LITERAL = "\x00"  # stands for a string literal once literals are blanked out
 
 
 class CelCompileError(ValueError):
@@ -83,7 +78,7 @@ class CompiledExpression:
     program: Any  # what runs: the helpers rewritten into plain CEL
     references: frozenset[str]  # variables the program reads
     result_type: str  # the checker's type of the result: BOOL, STRING, LIST<STRING>, DYN, ...
-    # True when the rule's params are compiled in as a constant (CelEnvironment.rule_params):
+    # True when the rule's params are compiled in as a constant (CelEnvironment.compile(params=...)):
     # the expression then runs on the activation shared by every rule of a request.
     params_bound: bool = False
     # The fields of object, oldObject, namespaceObject, request and podSpec the program can read (read_paths)
@@ -108,7 +103,6 @@ class CelEnvironment:
 
     def __init__(self, accelerators: Accelerators) -> None:
         self.accelerators = accelerators
-        self._params_literal: str | None = None  # set only while a rule's expressions compile
         self._paths: list[Mapping[str, frozenset[tuple[str, ...]]]] = []  # read by each compiled expression
         self._projection: dict[str, projection.Tree] | None = None
         # the projection of each candidate-rule tuple of the rule sets built on this environment, per
@@ -171,46 +165,49 @@ class CelEnvironment:
     def _container_count(self, container: Mapping[str, Any]) -> int:
         return self.accelerators.container_count(container)
 
-    @contextlib.contextmanager
-    def rule_params(self, params: Any) -> Iterator[None]:
-        """Compile the expressions of one rule with its params bound as a constant.
+    def compile(self, text: str, *, params: Any = None) -> CompiledExpression:
+        """Compile one expression; `params` (the rule's, when given) is bound in as a constant.
 
         The runtime converts a variable from Python on first use in each activation, deeply:
         ~10 µs for a one-container pod, ~100 µs for ten. With `params` (the only per-rule
         variable) compiled in as `cel.bind(params, dyn(<literal>), ...)`, one activation per
         target serves every rule, so the object is converted once per request. `dyn()` keeps
         type checking exactly as for the declared `params: dyn` variable. Params that have
-        no CEL literal (YAML timestamps, huge integers) keep the per-rule activation.
+        no CEL literal (YAML timestamps, huge integers), or params=None, keep the per-rule
+        activation (`params_bound` False).
         """
-        literal = cel_literal(params)
-        self._params_literal = literal
-        try:
-            yield
-        finally:
-            self._params_literal = None
-
-    def compile(self, text: str) -> CompiledExpression:
         if not isinstance(text, str) or not text.strip():
             raise CelCompileError("expression is empty")
-        check_cost(text)
+        if len(text) > MAX_EXPRESSION_LENGTH:
+            raise CelCompileError(f"expression is longer than {MAX_EXPRESSION_LENGTH} characters")
+        found: list[celsyntax.Token] | None = None
+        unreadable: celsyntax.CelSyntaxError | None = None
+        try:
+            found = celsyntax.tokens(text)  # once, for the cost check and the rewrite
+            check_cost(text, found)
+        except celsyntax.CelSyntaxError as error:
+            unreadable = error  # invalid CEL, reported by the compiler below; else refused after it
         try:
             checked = self._env.compile(text)  # the author's text: exact positions and result types
         except RuntimeError as error:
             message = str(error)
-            found = _POSITION.search(message)
-            line, column = (int(found.group(1)), int(found.group(2))) if found else (1, 1)  # 1-based already
+            where = _POSITION.search(message)
+            line, column = (int(where.group(1)), int(where.group(2))) if where else (1, 1)  # 1-based already
             raise CelCompileError(_clean(message), line, column) from None
+        if unreadable is not None:  # fail closed: a cost limit nobody checked is no limit
+            raise CelCompileError(f"the cost check cannot read this expression ({unreadable})")
         try:
-            source = celhelpers.rewrite(text)
+            source = celhelpers.rewrite(text, found=found)
         except celhelpers.RewriteError:
             source = text  # correct, only slower: the helpers run in Python
         references = frozenset(name for name in (*VARIABLES, *TARGET_VARIABLES) if re.search(rf"\b{name}\b", source))
         result_type = str(checked.return_type())
-        if self._params_literal is not None:
+        params_literal = None if params is None else cel_literal(params)
+        if params_literal is not None:
             # A newline before the closing parenthesis ends a trailing // comment. Should the bound
             # form not compile, the plain one below still runs (on a per-rule activation).
             with contextlib.suppress(RuntimeError):
-                bound = self._env.compile(f"cel.bind(params, dyn({self._params_literal}), {source}\n)")
+                bound = self._env.compile(f"cel.bind(params, dyn({params_literal}), {source}\n)")
                 return self._compiled(text, bound, references, result_type, source, params_bound=True)
         try:
             program = self._env.compile(source) if source != text else checked
@@ -250,31 +247,36 @@ class CelEnvironment:
         return self._env.Activation(variables)
 
 
-def check_cost(text: str) -> None:
+def check_cost(text: str, found: list[celsyntax.Token] | None = None) -> None:
     """Refuse expressions whose cost could grow without bound with the object's size.
 
-    A static estimate on the text, since the runtime exposes no syntax tree: comprehension
-    nesting depth, and replace() with a computed replacement (x.replace('a', x) squares the
-    string's size on every call). Literals are blanked first so their contents do not count.
+    A static estimate on the tokens (celsyntax; literals and comments do not count):
+    comprehension nesting depth, and replace() with a computed replacement
+    (x.replace('a', x) squares the string's size on every call). `found`: the text's tokens,
+    when the caller has them. celsyntax.CelSyntaxError when the tokenizer cannot follow the
+    text: CelEnvironment.compile lets the compiler report invalid CEL, and refuses valid CEL
+    whose cost it could not check.
     """
     if len(text) > MAX_EXPRESSION_LENGTH:
         raise CelCompileError(f"expression is longer than {MAX_EXPRESSION_LENGTH} characters")
-    blank = _STRING_LITERAL.sub(_LITERAL, text)
-    calls = {match.end() - 1: match.group(1) for match in _CALL.finditer(blank)}
-    stack: list[tuple[str | None, int]] = []  # (function called at this parenthesis, argument start)
+    if found is None:
+        found = celsyntax.tokens(text)
+    stack: list[tuple[str | None, int]] = []  # (method called at this parenthesis, index of the parenthesis)
     depth = deepest = 0
-    for position, char in enumerate(blank):
-        if char == "(":
-            name = calls.get(position)
-            stack.append((name, position + 1))
-            if name in _COMPREHENSIONS:
+    for index, token in enumerate(found):
+        if token.kind != "op":
+            continue
+        if token.text == "(":
+            method = found[index - 1].text if index >= 2 and found[index - 2].text == "." else None
+            stack.append((method, index))
+            if method in _COMPREHENSIONS:
                 depth += 1
                 deepest = max(deepest, depth)
-        elif char == ")" and stack:
-            name, start = stack.pop()
-            if name in _COMPREHENSIONS:
+        elif token.text == ")" and stack:
+            method, opening = stack.pop()
+            if method in _COMPREHENSIONS:
                 depth -= 1
-            elif name == "replace" and not _literal_replacement(blank[start:position]):
+            elif method == "replace" and not _literal_replacement(found, opening):
                 raise CelCompileError("replace() needs a string literal as its replacement (cost limit)")
     if deepest > MAX_COMPREHENSION_DEPTH:
         raise CelCompileError(
@@ -283,21 +285,16 @@ def check_cost(text: str) -> None:
         )
 
 
-def _literal_replacement(arguments: str) -> bool:
-    """replace(old, new[, n]): is `new` a literal? Splits at top-level commas."""
-    parts, level, current = [], 0, ""
-    for char in arguments:
-        if char in "([{":
-            level += 1
-        elif char in ")]}":
-            level -= 1
-        if char == "," and level == 0:
-            parts.append(current.strip())
-            current = ""
-        else:
-            current += char
-    parts.append(current.strip())
-    return len(parts) >= 2 and parts[1] == _LITERAL
+def _literal_replacement(found: list[celsyntax.Token], opening: int) -> bool:
+    """replace(old, new[, n]): is `new` a string literal?"""
+    try:
+        ranges, _ = celsyntax.split_arguments(found, opening)
+    except celsyntax.CelSyntaxError:
+        return False
+    if len(ranges) < 2:
+        return False
+    first, last = ranges[1]
+    return last - first == 1 and found[first].kind == "string"
 
 
 def _quantity(text: str) -> float:

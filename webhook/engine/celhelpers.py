@@ -28,107 +28,88 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
+from . import celsyntax
 from .quantity import QuantityError, parse_quantity
 
 HELPERS = ("gpuCount", "containerGpuCount", "isAccelerator", "quantity", "isQuantity")
 QUANTITY_FALLBACK = "gwQuantityOf"
 IS_QUANTITY_FALLBACK = "gwIsQuantityOf"
 CONTAINER_GPU_FALLBACK = "gwContainerGpuCount"
-_CALL = re.compile(r"(?<![\w.])(" + "|".join(HELPERS) + r")\s*\(")
-_STRING_START = re.compile(r"""[rRbB]{0,2}('''|\"\"\"|'|")""")
 
 
 class RewriteError(ValueError):
     pass
 
 
-def rewrite(text: str, replacements: Mapping[str, Callable[[list[str], str], str]] | None = None) -> str:
+def rewrite(
+    text: str,
+    replacements: Mapping[str, Callable[[list[str], str], str]] | None = None,
+    *,
+    found: list[celsyntax.Token] | None = None,
+) -> str:
     """The same expression with every helper call replaced by its plain-CEL form.
 
     `replacements` (helper name -> function of (arguments, original call text)) replaces the
-    engine's table: webhook/export rewrites the same calls into the apiserver's CEL.
+    engine's table: webhook/export rewrites the same calls into the apiserver's CEL. Calls are
+    found by the one CEL tokenizer (celsyntax), so nothing inside a literal or a comment counts;
+    `found` is the text's tokens when the caller has them.
     """
     table = _REPLACEMENTS if replacements is None else replacements
+    try:
+        found = celsyntax.tokens(text) if found is None else found
+    except celsyntax.CelSyntaxError as error:
+        raise RewriteError(str(error)) from None
     out: list[str] = []
     position = 0
-    while True:
-        found = _next_call(text, position)
-        if found is None:
-            out.append(text[position:])
-            return "".join(out)
-        start, name, open_paren = found
-        args, end = _arguments(text, open_paren)
-        out.append(text[position:start])
-        out.append(table[name]([rewrite(arg, replacements) for arg in args], text[start:end]))
+    index = 0
+    while index < len(found):
+        token = found[index]
+        if not _is_helper_call(found, index):
+            index += 1
+            continue
+        try:
+            args, close = celsyntax.argument_texts(text, found, index + 1)
+        except celsyntax.CelSyntaxError as error:
+            raise RewriteError(str(error)) from None
+        end = found[close].end
+        out.append(text[position : token.start])
+        out.append(table[token.text]([rewrite(arg, replacements) for arg in args], text[token.start : end]))
         position = end
+        index = close + 1
+    out.append(text[position:])
+    return "".join(out)
+
+
+def _is_helper_call(found: list[celsyntax.Token], index: int) -> bool:
+    """A global call of a helper: `quantity(x)`, not `x.quantity(...)` nor an identifier `quantity`."""
+    token = found[index]
+    return (
+        token.kind == "ident"
+        and token.text in HELPERS
+        and found[index + 1].text == "("
+        and not (index > 0 and found[index - 1].text == ".")
+    )
 
 
 def call_arguments(text: str, open_paren: int) -> tuple[list[str], int]:
-    """The arguments of the call whose '(' is at open_paren, and the index after its ')'."""
-    return _arguments(text, open_paren)
+    """The arguments of the call whose '(' is at open_paren, and the index after its ')' (celsyntax)."""
+    try:
+        return celsyntax.call_arguments(text, open_paren)
+    except celsyntax.CelSyntaxError as error:
+        raise RewriteError(str(error)) from None
 
 
 def string_literal_end(text: str, index: int) -> int | None:
     """The index after the CEL string literal that starts at index, or None when none starts there."""
-    string = _STRING_START.match(text, index)
-    if string is None or (index > 0 and (text[index - 1].isalnum() or text[index - 1] == "_")):
-        return None
-    return _skip_string(text, string.end(), string.group(1))
+    try:
+        return celsyntax.string_end(text, index)
+    except celsyntax.CelSyntaxError as error:
+        raise RewriteError(str(error)) from None
 
 
 def literal_quantity(arg: str) -> str | None:
     """The text of a simple literal argument ('16Gi', "1", 4), or None when it is an expression."""
     return _literal_quantity(arg)
-
-
-def _next_call(text: str, position: int) -> tuple[int, str, int] | None:
-    """The next helper call outside string literals: (start, name, index of its '(')."""
-    index = position
-    while index < len(text):
-        string = _STRING_START.match(text, index)
-        if string and (index == 0 or not (text[index - 1].isalnum() or text[index - 1] == "_")):
-            index = _skip_string(text, string.end(), string.group(1))
-            continue
-        call = _CALL.match(text, index)
-        if call:
-            return index, call.group(1), call.end() - 1
-        index += 1
-    return None
-
-
-def _skip_string(text: str, index: int, quote: str) -> int:
-    while index < len(text):
-        if text[index] == "\\":
-            index += 2
-            continue
-        if text.startswith(quote, index):
-            return index + len(quote)
-        index += 1
-    raise RewriteError("unterminated string literal")
-
-
-def _arguments(text: str, open_paren: int) -> tuple[list[str], int]:
-    """Top-level comma-separated arguments of the call whose '(' is at open_paren, and the index after ')'."""
-    depth, index, start = 0, open_paren + 1, open_paren + 1
-    args: list[str] = []
-    while index < len(text):
-        string = _STRING_START.match(text, index)
-        if string:
-            index = _skip_string(text, string.end(), string.group(1))
-            continue
-        char = text[index]
-        if char in "([{":
-            depth += 1
-        elif char in ")]}":
-            if depth == 0:
-                args.append(text[start:index])
-                return [a for a in args if a.strip()] if len(args) == 1 else args, index + 1
-            depth -= 1
-        elif char == "," and depth == 0:
-            args.append(text[start:index])
-            start = index + 1
-        index += 1
-    raise RewriteError("unbalanced parentheses")
 
 
 def _literal_quantity(arg: str) -> str | None:

@@ -18,7 +18,7 @@ from jsonschema import Draft202012Validator
 
 from .cel import CelCompileError, CelEnvironment, CompiledExpression
 from .model import Action, LabelSelector, LoadError, Match, Rule, SourceLocation, Validation
-from .mutate import OPERATIONS, build_mutation
+from .mutate import MUTATIONS, Mutation, build_mutation
 from .resources import DEFAULT_ACCELERATORS, DEFAULT_DEVICE_CLASSES, Accelerators
 from .ruleset import RuleSet
 from .schema import API_VERSION, CONFIG_KIND, CONFIG_SCHEMA, POLICY_KIND, POLICY_SCHEMA, TEST_KIND
@@ -217,16 +217,15 @@ def _dotted(path: Iterable[Any]) -> str:
 
 
 def _compile_rule(document: Document, env: CelEnvironment, errors: list[LoadError]) -> Rule | None:
-    # params become a constant of each expression, so one activation serves all rules (cel.py)
-    with env.rule_params(document.data["spec"].get("params") or {}):
-        return _compile_rule_body(document, env, errors)
-
-
-def _compile_rule_body(document: Document, env: CelEnvironment, errors: list[LoadError]) -> Rule | None:
     data = document.data
     spec = data["spec"]
     name = data["metadata"]["name"]
     before = len(errors)
+    params = spec.get("params") or {}
+
+    def compile_cel(text: str) -> CompiledExpression:
+        # params become a constant of each expression, so one activation serves all rules (cel.py)
+        return env.compile(text, params=params)
 
     def expression(path: tuple[Any, ...]) -> CompiledExpression | None:
         node: Any = data
@@ -235,7 +234,7 @@ def _compile_rule_body(document: Document, env: CelEnvironment, errors: list[Loa
             if node is None:
                 return None
         try:
-            compiled = env.compile(node)
+            compiled = compile_cel(node)
         except CelCompileError as error:
             where = _text_location(document, path, node, error.line, error.column)
             errors.append(LoadError(where, f"{_dotted(path)}: CEL: {error}", name))
@@ -278,13 +277,12 @@ def _compile_rule_body(document: Document, env: CelEnvironment, errors: list[Loa
                 message_expression=message_expression,
             )
     mutations = []
-    params = spec.get("params") or {}
     for index, operation in enumerate(spec.get("mutate") or []):
         ((operation_name, args),) = operation.items()
         where = _location(document, ("spec", "mutate", index))
         if isinstance(args, Mapping) and "fromParam" in args:
             args = params.get(args["fromParam"])
-            problems = list(Draft202012Validator(OPERATIONS[operation_name][0]).iter_errors(args))
+            problems = list(Draft202012Validator(MUTATIONS[operation_name].schema).iter_errors(args))
             if problems:
                 detail = problems[0].message if args is not None else "is not set"
                 errors.append(
@@ -294,7 +292,7 @@ def _compile_rule_body(document: Document, env: CelEnvironment, errors: list[Loa
                 )
                 continue
         try:
-            mutation = build_mutation({operation_name: args}, env)
+            mutation = build_mutation({operation_name: args}, compile_cel)
         except CelCompileError as error:
             errors.append(LoadError(where, f"spec.mutate[{index}]: CEL: {error}", name))
             continue
@@ -350,15 +348,9 @@ def _param_name(operation: Mapping[str, Any]) -> str:
     return str(args["fromParam"])
 
 
-def _mutation_expressions(mutation: Any) -> list[CompiledExpression]:
-    found = []
-    for attribute in ("expression", "expressions"):
-        value = getattr(mutation, attribute, None)
-        if isinstance(value, CompiledExpression):
-            found.append(value)
-        elif isinstance(value, tuple):
-            found.extend(v for _, v in value if isinstance(v, CompiledExpression))
-    return found
+def _mutation_expressions(mutation: Mutation) -> list[CompiledExpression]:
+    """The CEL a mutation holds, as it declares it (evaluate.py imports this name)."""
+    return list(mutation.cel())
 
 
 def _selector(spec: Mapping[str, Any] | None) -> LabelSelector | None:

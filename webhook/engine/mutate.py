@@ -4,16 +4,23 @@ Each operation looks at the working copy, changes only what is missing (or, with
 `override`, what differs) and records the edit through the Patcher. Applying a rule
 set to its own output therefore changes nothing, as `reinvocationPolicy: IfNeeded`
 requires.
+
+MUTATIONS (at the bottom) is the one registry: each entry declares the YAML name, the JSON
+schema of its arguments, the builder, where CEL sits in its arguments and examples. The
+loader builds from it, the rule JSON Schema (schema.py) and lint's CEL checks read it, and
+tests/engine/test_mutation_registry.py checks every entry (examples valid, idempotent, CEL
+fields = what the builder compiles, a row in docs/authoring.md). A new mutation: a class
+here with `name`, `apply` and `cel`, plus its MutationKind in MUTATIONS.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from .cel import CelEnvironment, CompiledExpression
+from .cel import CompiledExpression
 from .model import Target
 from .patch import Patcher
 from .pointer import Path
@@ -21,6 +28,8 @@ from .resources import Accelerators
 
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# compiles one CEL text of a mutation's arguments (the loader binds the rule's params in)
+Compile = Callable[[str], CompiledExpression]
 
 
 class MutationError(ValueError):
@@ -42,9 +51,25 @@ class MutationContext:
 
 
 class Mutation(Protocol):
-    name: ClassVar[str]
+    @property
+    def name(self) -> str:
+        """The operation's name in a rule (`setLabels`), as in MUTATIONS."""
+        ...
 
     def apply(self, ctx: MutationContext) -> None: ...
+
+    def cel(self) -> tuple[CompiledExpression, ...]:
+        """The compiled CEL this mutation evaluates (the loader type-checks it; evaluate reads its references)."""
+        ...
+
+
+class _NoCel:
+    """For mutations whose arguments hold no CEL."""
+
+    __slots__ = ()
+
+    def cel(self) -> tuple[CompiledExpression, ...]:
+        return ()
 
 
 def _str(schema_extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -133,7 +158,7 @@ def _wanted(
 
 
 @dataclass(frozen=True, slots=True)
-class AddToleration:
+class AddToleration(_NoCel):
     name: ClassVar[str] = "addToleration"
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -156,7 +181,7 @@ class AddToleration:
     table: tuple[ByResource, ...] = ()
 
     @classmethod
-    def build(cls, spec: Mapping[str, Any], env: CelEnvironment) -> AddToleration:
+    def build(cls, spec: Mapping[str, Any], compile_cel: Compile) -> AddToleration:
         if "byResourcePrefix" in spec:
             return cls(None, ByResource.table(spec["byResourcePrefix"], _toleration))
         return cls(_toleration(spec))
@@ -203,7 +228,7 @@ _REQUIREMENT_FIELDS: dict[str, Any] = {
 
 
 @dataclass(frozen=True, slots=True)
-class RequireNodeAffinity:
+class RequireNodeAffinity(_NoCel):
     name: ClassVar[str] = "requireNodeAffinity"
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -226,7 +251,7 @@ class RequireNodeAffinity:
     table: tuple[ByResource, ...] = ()
 
     @classmethod
-    def build(cls, spec: Mapping[str, Any], env: CelEnvironment) -> RequireNodeAffinity:
+    def build(cls, spec: Mapping[str, Any], compile_cel: Compile) -> RequireNodeAffinity:
         if "byResourcePrefix" in spec:
             return cls(None, ByResource.table(spec["byResourcePrefix"], _requirement))
         return cls(_requirement(spec))
@@ -279,7 +304,6 @@ def _same_requirement(existing: Any, wanted: Mapping[str, Any]) -> bool:
 class SetMetadata:
     """setLabels / setAnnotations on the target's metadata (the pod template's, for autogen targets)."""
 
-    name: ClassVar[str] = "setLabels"
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "additionalProperties": False,
@@ -289,10 +313,14 @@ class SetMetadata:
             "override": _OVERRIDE,
         },
     }
-    field: str
+    name: str  # setLabels or setAnnotations
+    field: str  # labels or annotations
     values: tuple[tuple[str, str], ...]
     expressions: tuple[tuple[str, CompiledExpression], ...]
     override: bool
+
+    def cel(self) -> tuple[CompiledExpression, ...]:
+        return tuple(expression for _, expression in self.expressions)
 
     def apply(self, ctx: MutationContext) -> None:
         for key, value in self.values:
@@ -319,17 +347,20 @@ class SetMetadata:
 class SetPodField:
     """setPriorityClassName / setSchedulerName: a string field of each pod spec."""
 
-    name: ClassVar[str] = "setPriorityClassName"
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "additionalProperties": False,
         "properties": {"value": _str(), "valueExpression": _str(), "override": _OVERRIDE},
         "oneOf": [{"required": ["value"]}, {"required": ["valueExpression"]}],
     }
-    field: str
+    name: str  # setPriorityClassName or setSchedulerName
+    field: str  # priorityClassName or schedulerName
     value: str | None
     expression: CompiledExpression | None
     override: bool
+
+    def cel(self) -> tuple[CompiledExpression, ...]:
+        return () if self.expression is None else (self.expression,)
 
     def apply(self, ctx: MutationContext) -> None:
         value = self.value if self.expression is None else ctx.evaluate(self.expression)
@@ -353,7 +384,7 @@ class SetPodField:
 
 
 @dataclass(frozen=True, slots=True)
-class AddEnv:
+class AddEnv(_NoCel):
     name: ClassVar[str] = "addEnv"
     schema: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -410,7 +441,7 @@ class AddEnv:
 
 
 @dataclass(frozen=True, slots=True)
-class Merge:
+class Merge(_NoCel):
     """Overlay: adds what the target lacks, recursively; never replaces an existing value."""
 
     name: ClassVar[str] = "merge"
@@ -447,6 +478,9 @@ class SetQueueName:
     value: str | None
     expression: CompiledExpression | None
 
+    def cel(self) -> tuple[CompiledExpression, ...]:
+        return () if self.expression is None else (self.expression,)
+
     def apply(self, ctx: MutationContext) -> None:
         if ctx.operation != "CREATE":
             return
@@ -477,62 +511,173 @@ class SetQueueName:
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
-def _value_or_expression(spec: Mapping[str, Any], env: CelEnvironment) -> tuple[str | None, CompiledExpression | None]:
+def _value_or_expression(spec: Mapping[str, Any], compile_cel: Compile) -> tuple[str | None, CompiledExpression | None]:
     if "valueExpression" in spec:
-        return None, env.compile(spec["valueExpression"])
+        return None, compile_cel(spec["valueExpression"])
     return spec.get("value"), None
 
 
-def _build_metadata(field: str) -> Callable[[Mapping[str, Any], CelEnvironment], SetMetadata]:
-    def build(spec: Mapping[str, Any], env: CelEnvironment) -> SetMetadata:
+def _build_metadata(name: str, field: str) -> Builder:
+    def build(spec: Mapping[str, Any], compile_cel: Compile) -> SetMetadata:
         return SetMetadata(
+            name=name,
             field=field,
             values=tuple((spec.get("values") or {}).items()),
-            expressions=tuple((k, env.compile(v)) for k, v in (spec.get("valueExpressions") or {}).items()),
+            expressions=tuple((k, compile_cel(v)) for k, v in (spec.get("valueExpressions") or {}).items()),
             override=bool(spec.get("override", False)),
         )
 
     return build
 
 
-def _build_pod_field(field: str) -> Callable[[Mapping[str, Any], CelEnvironment], SetPodField]:
-    def build(spec: Mapping[str, Any], env: CelEnvironment) -> SetPodField:
-        value, expression = _value_or_expression(spec, env)
-        return SetPodField(field=field, value=value, expression=expression, override=bool(spec.get("override")))
+def _build_pod_field(name: str, field: str) -> Builder:
+    def build(spec: Mapping[str, Any], compile_cel: Compile) -> SetPodField:
+        value, expression = _value_or_expression(spec, compile_cel)
+        return SetPodField(
+            name=name, field=field, value=value, expression=expression, override=bool(spec.get("override"))
+        )
 
     return build
 
 
-# operation name -> (JSON schema of its arguments, builder); every door and the schema read this table
-OPERATIONS: dict[str, tuple[dict[str, Any], Callable[[Mapping[str, Any], CelEnvironment], Mutation]]] = {
-    "addToleration": (AddToleration.schema, AddToleration.build),
-    "requireNodeAffinity": (RequireNodeAffinity.schema, RequireNodeAffinity.build),
-    "setLabels": (SetMetadata.schema, _build_metadata("labels")),
-    "setAnnotations": (SetMetadata.schema, _build_metadata("annotations")),
-    "setPriorityClassName": (SetPodField.schema, _build_pod_field("priorityClassName")),
-    "setSchedulerName": (SetPodField.schema, _build_pod_field("schedulerName")),
-    "addEnv": (
-        AddEnv.schema,
-        lambda spec, env: AddEnv(
-            env_name=spec["name"],
-            value=spec["value"],
-            containers=spec.get("containers", "all"),
-            override=bool(spec.get("override")),
+def _build_env(spec: Mapping[str, Any], compile_cel: Compile) -> AddEnv:
+    return AddEnv(
+        env_name=spec["name"],
+        value=spec["value"],
+        containers=spec.get("containers", "all"),
+        override=bool(spec.get("override")),
+    )
+
+
+Builder = Callable[[Mapping[str, Any], Compile], Mutation]
+CelField = tuple[str, ...]  # a path inside a mutation's arguments; "*" stands for every key of a map
+
+
+@dataclass(frozen=True, slots=True)
+class MutationKind:
+    """One operation as rules name it: everything the loader, lint, the JSON Schema and the tests need."""
+
+    name: str  # the key in a rule's `mutate` list
+    schema: Mapping[str, Any]  # JSON Schema of its arguments (the rule schema embeds it)
+    build: Builder  # arguments (schema-valid) and the rule's CEL compiler -> the Mutation
+    examples: tuple[Mapping[str, Any], ...]  # valid arguments: the tests apply each one, twice
+    cel_fields: tuple[CelField, ...] = ()  # where CEL text sits in the arguments (lint checks it)
+
+    def cel_texts(self, args: Any) -> Iterator[tuple[tuple[str, ...], str]]:
+        """(path inside the arguments, CEL text) for every CEL field present in `args`."""
+        for cel_field in self.cel_fields:
+            yield from _texts(args, cel_field, ())
+
+
+def _texts(node: Any, rest: CelField, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], str]]:
+    if not rest:
+        if isinstance(node, str):
+            yield path, node
+        return
+    if not isinstance(node, Mapping):
+        return
+    head, tail = rest[0], rest[1:]
+    keys = [k for k in node if isinstance(k, str)] if head == "*" else [head] if head in node else []
+    for key in keys:
+        yield from _texts(node[key], tail, (*path, key))
+
+
+_VALUE_EXPRESSION: tuple[CelField, ...] = (("valueExpression",),)
+MUTATIONS: dict[str, MutationKind] = {
+    kind.name: kind
+    for kind in (
+        MutationKind(
+            "addToleration",
+            AddToleration.schema,
+            AddToleration.build,
+            examples=(
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                {
+                    "byResourcePrefix": [
+                        {"prefix": "amd.com/", "key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                        {"prefix": "nvidia.com/", "resourceClaims": True, "key": "nvidia.com/gpu"},
+                    ]
+                },
+            ),
         ),
-    ),
-    "merge": (Merge.schema, lambda spec, env: Merge(dict(spec))),
-    "setQueueName": (SetQueueName.schema, lambda spec, env: SetQueueName(*_value_or_expression(spec, env))),
+        MutationKind(
+            "requireNodeAffinity",
+            RequireNodeAffinity.schema,
+            RequireNodeAffinity.build,
+            examples=(
+                {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]},
+                {"byResourcePrefix": [{"prefix": "amd.com/", "key": "amd.com/gpu.present", "operator": "Exists"}]},
+            ),
+        ),
+        MutationKind(
+            "setLabels",
+            SetMetadata.schema,
+            _build_metadata("setLabels", "labels"),
+            examples=(
+                {
+                    "values": {"gpu-webhook.io/managed": "true"},
+                    "valueExpressions": {"workload": "object.kind == 'Pod' ? 'pod' : object.kind.lowerAscii()"},
+                },
+            ),
+            cel_fields=(("valueExpressions", "*"),),
+        ),
+        MutationKind(
+            "setAnnotations",
+            SetMetadata.schema,
+            _build_metadata("setAnnotations", "annotations"),
+            examples=(
+                {
+                    "values": {"example.com/policy": "gpu"},
+                    "valueExpressions": {"example.com/kind": "object.kind"},
+                    "override": True,
+                },
+            ),
+            cel_fields=(("valueExpressions", "*"),),
+        ),
+        MutationKind(
+            "setPriorityClassName",
+            SetPodField.schema,
+            _build_pod_field("setPriorityClassName", "priorityClassName"),
+            examples=({"value": "gpu-batch"}, {"valueExpression": "'gpu-' + 'batch'", "override": True}),
+            cel_fields=_VALUE_EXPRESSION,
+        ),
+        MutationKind(
+            "setSchedulerName",
+            SetPodField.schema,
+            _build_pod_field("setSchedulerName", "schedulerName"),
+            examples=({"valueExpression": "targetGpuCount > 1 ? 'gang-scheduler' : ''"},),
+            cel_fields=_VALUE_EXPRESSION,
+        ),
+        MutationKind(
+            "addEnv",
+            AddEnv.schema,
+            _build_env,
+            examples=(
+                {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void", "containers": "nonGpu"},
+                {"name": "A", "value": "2", "containers": "gpu", "override": True},
+            ),
+        ),
+        MutationKind(
+            "merge",
+            Merge.schema,
+            lambda spec, compile_cel: Merge(dict(spec)),
+            examples=({"spec": {"securityContext": {"runAsNonRoot": True}}},),
+        ),
+        MutationKind(
+            "setQueueName",
+            SetQueueName.schema,
+            lambda spec, compile_cel: SetQueueName(*_value_or_expression(spec, compile_cel)),
+            examples=({"value": "team-a-queue"}, {"valueExpression": "object.metadata.namespace + '-queue'"}),
+            cel_fields=_VALUE_EXPRESSION,
+        ),
+    )
 }
 
 
-def build_mutation(spec: Mapping[str, Any], env: CelEnvironment) -> Mutation:
+def build_mutation(spec: Mapping[str, Any], compile_cel: Compile) -> Mutation:
     ((name, args),) = spec.items()
-    return OPERATIONS[name][1](args or {}, env)
+    return MUTATIONS[name].build(args or {}, compile_cel)
 
 
 def mutation_name(mutation: Mutation) -> str:
-    if isinstance(mutation, SetMetadata):
-        return "setLabels" if mutation.field == "labels" else "setAnnotations"
-    if isinstance(mutation, SetPodField):
-        return "setPriorityClassName" if mutation.field == "priorityClassName" else "setSchedulerName"
     return mutation.name

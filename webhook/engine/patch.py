@@ -8,10 +8,9 @@ construction. A missing parent is created together with its child, in one `add`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from .pointer import Path, to_pointer
+from .pointer import Path, get_path, to_pointer
 
 
 class Patcher:
@@ -20,20 +19,10 @@ class Patcher:
         self.operations: list[dict[str, Any]] = []
 
     def get(self, path: Path) -> Any:
-        node: Any = self.document
-        for part in path:
-            if isinstance(part, int):
-                if not isinstance(node, list) or not 0 <= part < len(node):
-                    return None
-                node = node[part]
-            else:
-                if not isinstance(node, Mapping):
-                    return None
-                node = node.get(part)
-        return node
+        return get_path(self.document, path)
 
     def set(self, path: Path, value: Any) -> None:
-        """Set a map entry, creating missing parent maps in the same operation."""
+        """Set a map entry (or replace an existing list item), creating missing parent maps in one operation."""
         parent_path, key = path[:-1], path[-1]
         existing = 0
         node: Any = self.document
@@ -58,6 +47,10 @@ class Patcher:
                 nested = {part: nested}
             self._record("add", path[: existing + 1], nested)
             node[path[existing]] = nested
+            return
+        if isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
+            self._record("replace", path, value)  # an existing list item (addEnv override)
+            node[key] = value
             return
         if not isinstance(node, dict):
             raise PatchConflict(f"cannot set {to_pointer(path)}: parent is not an object")

@@ -1,13 +1,33 @@
-"""JSON Pointer paths: the one place where a path becomes a string (RFC 6901 escaping)."""
+"""Paths into a JSON document: the one walker (`get_path`) and the one place where a path becomes a
+string (RFC 6901 escaping)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
+from typing import Any
 
 from jsonpointer import escape
 
 Path = tuple[str | int, ...]
+
+
+def get_path(document: Any, path: Path) -> Any:
+    """The value at `path`, or None when a step is missing or of the wrong type (never raises).
+
+    An int step indexes a list (0 <= index < len); a str step reads a map entry.
+    """
+    node = document
+    for part in path:
+        if isinstance(part, int):
+            if not isinstance(node, list) or not 0 <= part < len(node):
+                return None
+            node = node[part]
+        elif isinstance(node, Mapping):
+            node = node.get(part)
+        else:
+            return None
+    return node
 
 
 def to_pointer(path: Iterable[str | int]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .mutate import OPERATIONS
+from .mutate import MUTATIONS
 
 API_VERSION = "gpu-webhook.io/v1alpha1"
 POLICY_KIND = "GPUPolicy"
@@ -113,9 +113,7 @@ POLICY_SCHEMA: dict[str, Any] = {
                         "minProperties": 1,
                         "maxProperties": 1,
                         "additionalProperties": False,
-                        "properties": {
-                            name: {"anyOf": [schema, _FROM_PARAM]} for name, (schema, _) in OPERATIONS.items()
-                        },
+                        "properties": {name: {"anyOf": [kind.schema, _FROM_PARAM]} for name, kind in MUTATIONS.items()},
                     },
                 },
                 "params": {"type": "object"},

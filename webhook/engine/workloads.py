@@ -8,6 +8,7 @@ from typing import Any
 
 from .model import Target
 from .pointer import Path
+from .pointer import get_path as get_path  # re-exported: the engine's one walker, imported from here too
 
 # finds (path to a pod template, description) pairs in one object
 TemplateFinder = Callable[[Mapping[str, Any], str], Iterator[tuple[Path, str]]]
@@ -212,14 +213,3 @@ def object_target(obj: Mapping[str, Any]) -> Target:
         return Target(description=f"pod {object_name(obj)}", root=(), pod_specs=(("spec",),), is_pod=True)
     specs = tuple(t.pod_specs[0] for t in pod_template_targets(obj))
     return Target(description=owner_name(obj), root=(), pod_specs=specs, is_pod=False)
-
-
-def get_path(obj: Any, path: Path) -> Any:
-    for part in path:
-        if isinstance(part, int):
-            if not isinstance(obj, list) or part >= len(obj):
-                return None
-        elif not isinstance(obj, Mapping):
-            return None
-        obj = obj[part] if isinstance(part, int) else obj.get(part)
-    return obj
