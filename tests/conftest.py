@@ -1,16 +1,21 @@
-"""Fixtures every test area shares: a throw-away CA, a copy of the rules, a live HTTPS server."""
+"""Fixtures every test area shares: a throw-away CA, the compiled pack, a copy of the rules, a live HTTPS server."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 
+import webhook.authoring.suite
+import webhook.commands.common
 from tests.support import RULES, LiveServer, client_ssl, start_server
 from webhook.certs import generate_bundle, write_bundle
+from webhook.engine import LoadResult, RuleSet, load_rules, rule_files
 
 
 @pytest.fixture(scope="session")
@@ -18,6 +23,47 @@ def cert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("certs")
     write_bundle(generate_bundle(["localhost"], ["127.0.0.1"]), directory)
     return directory
+
+
+@pytest.fixture(scope="session")
+def pack() -> RuleSet:
+    """The shipped rule pack, loaded and compiled once per session (read-only: a RuleSet is frozen)."""
+    return load_rules(RULES).require()
+
+
+# Loading is a pure function of the rule files' paths and bytes, and a RuleSet is immutable, so the
+# doors' in-process runs (`main(["audit", ...])`, `gpu-webhook test`) share one load per distinct
+# set of files: parsing the YAML with positions and compiling the CEL of the pack costs ~0.2 s,
+# and the CLI tests load it ~100 times. A test that edits a rule file changes the key and loads
+# afresh; the loader's own tests (tests/engine) call load_rules directly, uncached.
+_LOADED: dict[tuple[object, ...], LoadResult] = {}
+
+
+def _files_key(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]) -> tuple[object, ...] | None:
+    named = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
+    try:
+        files = rule_files(p for p in named if os.path.exists(p))
+        contents = tuple((file, hashlib.sha256(Path(file).read_bytes()).digest()) for file in files)
+    except OSError:
+        return None  # let the loader say what is wrong
+    return tuple(map(os.fspath, named)), contents
+
+
+def load_rules_once(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]) -> LoadResult:
+    key = _files_key(paths)
+    if key is None:
+        return load_rules(paths)
+    if key not in _LOADED:
+        _LOADED[key] = load_rules(paths)
+    return _LOADED[key]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def doors_load_each_pack_once() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(webhook.commands.common, "load_rules", load_rules_once)
+        patch.setattr(webhook.authoring.suite, "load_rules", load_rules_once)
+        yield
 
 
 @pytest.fixture
@@ -84,6 +130,10 @@ SLOW: dict[str, str] = {
     "tests/export/test_schema.py": "exports the pack once per Kubernetes release",
     "tests/export/test_equivalence.py": "exports the pack and runs it beside the engine",
     "tests/export/test_mixed.py": "exports the pack",
+    # like test_equivalence: every suite case (x every workload kind, x kubectl debug) beside the engine
+    "tests/export/test_claims.py::test_same_decisions_as_the_engine_without_claim_context": "20,000 comparisons",
+    "tests/export/test_claims.py::test_mutating_policies_stay_idempotent": "every case through every mutation twice",
+    "tests/export/test_claims.py::test_generated_workloads_get_the_same_decisions": "hypothesis",
     "tests/deploy/test_install_safety.py": "renders every overlay with a fresh CA; a live server",
     "tests/deploy/test_render.py": "renders every overlay, validated against the Kubernetes OpenAPI schemas",
     "tests/authoring/test_schema.py::test_schemas_are_valid_and_accept_the_pack": "validates every rule file",

@@ -29,6 +29,7 @@ from webhook.certs import CA_FILE, CERT_FILE, KEY_FILE, check_bundle
 from webhook.commands.common import UsageError, default_manifests_dir, default_rules_dir, load_ruleset
 from webhook.engine import rule_files
 from webhook.engine.schema import TEST_KIND
+from webhook.engine.yamlsource import plain_documents
 from webhook.export import CLAIMS_MODES, CLAIMS_REFUSE, export
 from webhook.export.mixed import webhook_files
 from webhook.export.versions import DEFAULT_VERSION, Release
@@ -196,7 +197,7 @@ def rules_configmap(rules: str) -> dict[str, Any]:
 
 
 def _only_test_suites(text: str) -> bool:
-    kinds = {d.get("kind") for d in yaml.safe_load_all(text) if isinstance(d, dict)}
+    kinds = {d.get("kind") for d in plain_documents(text) if isinstance(d, dict)}
     return kinds == {TEST_KIND}
 
 
