@@ -11,8 +11,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+import webhook.authoring.lint
 import webhook.authoring.suite
 import webhook.commands.common
+import webhook.reload
 from tests.support import RULES, LiveServer, client_ssl, start_server
 from webhook.certs import generate_bundle, write_bundle
 from webhook.engine import LoadResult, RuleSet, load_rules, rule_files
@@ -32,10 +34,11 @@ def pack() -> RuleSet:
 
 
 # Loading is a pure function of the rule files' paths and bytes, and a RuleSet is immutable, so the
-# doors' in-process runs (`main(["audit", ...])`, `gpu-webhook test`) share one load per distinct
-# set of files: parsing the YAML with positions and compiling the CEL of the pack costs ~0.2 s,
-# and the CLI tests load it ~100 times. A test that edits a rule file changes the key and loads
-# afresh; the loader's own tests (tests/engine) call load_rules directly, uncached.
+# doors' in-process runs (`main(["audit", ...])`, `gpu-webhook test`, lint, a test server's first
+# load) share one load per distinct set of files: parsing the YAML with positions and compiling
+# the CEL of the pack costs ~0.2 s, and the tests would load it ~100 times. A test that edits a
+# rule file changes the key and loads afresh; the loader's own tests (tests/engine) call
+# load_rules directly, uncached.
 _LOADED: dict[tuple[object, ...], LoadResult] = {}
 
 
@@ -61,8 +64,8 @@ def load_rules_once(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[
 @pytest.fixture(scope="session", autouse=True)
 def doors_load_each_pack_once() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(webhook.commands.common, "load_rules", load_rules_once)
-        patch.setattr(webhook.authoring.suite, "load_rules", load_rules_once)
+        for door in (webhook.commands.common, webhook.authoring.suite, webhook.authoring.lint, webhook.reload):
+            patch.setattr(door, "load_rules", load_rules_once)
         yield
 
 
@@ -98,6 +101,8 @@ SLOW: dict[str, str] = {
     "tests/server/test_namespace_context.py::test_serve_watches_namespaces_when_given_a_kubeconfig": "subprocess",
     "tests/server/test_reload_and_shutdown.py::test_sigterm_finishes_in_flight_requests": "server process",
     "tests/server/test_workers.py": "server processes with --workers 2",
+    "tests/server/test_record_reviews.py::test_serve_documents_the_option": "subprocess",
+    "tests/audit/test_jobs.py::test_jobs_two_writes_the_same_bytes_as_jobs_one": "forks --jobs 2 worker processes",
     # kubectl
     "tests/deploy/test_render.py::test_builtin_renderer_matches_kubectl_kustomize": "kubectl",
     "tests/deploy/test_render.py::test_components_render_the_same_through_kubectl": "kubectl",
@@ -114,6 +119,7 @@ SLOW: dict[str, str] = {
     "tests/deploy/test_certificate_rotation.py": "certificate swaps under load",
     "tests/server/test_bad_input.py": "a live server per malformed request (25 cases), slow senders",
     "tests/export/test_equivalence.py::test_generated_workloads_get_the_same_decisions": "hypothesis, thousands of evaluations",
+    "tests/audit/test_yaml_compat.py::test_fast_and_reference_loaders_agree": "hypothesis, 150 generated documents",
     "tests/engine/test_cel_helpers.py::test_evaluating_the_pack_does_not_grow_memory": "a memory soak",
     # a live TLS server per test: each start loads and compiles the whole pack (~0.35 s of CPU)
     "tests/server/test_admission_https.py": "a live server per test",
@@ -130,10 +136,9 @@ SLOW: dict[str, str] = {
     "tests/export/test_schema.py": "exports the pack once per Kubernetes release",
     "tests/export/test_equivalence.py": "exports the pack and runs it beside the engine",
     "tests/export/test_mixed.py": "exports the pack",
-    # like test_equivalence: every suite case (x every workload kind, x kubectl debug) beside the engine
-    "tests/export/test_claims.py::test_same_decisions_as_the_engine_without_claim_context": "20,000 comparisons",
-    "tests/export/test_claims.py::test_mutating_policies_stay_idempotent": "every case through every mutation twice",
-    "tests/export/test_claims.py::test_generated_workloads_get_the_same_decisions": "hypothesis",
+    # like test_equivalence: exports the pack twice, every suite case (x every workload kind, x kubectl
+    # debug) beside the engine: 20,000 comparisons, every mutation applied twice, hypothesis
+    "tests/export/test_claims.py": "exports the pack and runs it beside the engine",
     "tests/deploy/test_install_safety.py": "renders every overlay with a fresh CA; a live server",
     "tests/deploy/test_render.py": "renders every overlay, validated against the Kubernetes OpenAPI schemas",
     "tests/authoring/test_schema.py::test_schemas_are_valid_and_accept_the_pack": "validates every rule file",

@@ -11,10 +11,8 @@ from webhook.engine import RuleSet
 from webhook.engine.yamlsource import plain_documents
 
 
-def render(tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> list[dict]:
-    assert main(["certs", "--out", str(tmp_path / "ca")]) == 0
-    capsys.readouterr()
-    assert main(["manifests", "--ca", str(tmp_path / "ca"), *extra]) == 0
+def render(ca_dir: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> list[dict]:
+    assert main(["manifests", "--ca", str(ca_dir), *extra]) == 0
     return [d for d in plain_documents(capsys.readouterr().out) if d]
 
 
@@ -34,16 +32,16 @@ def split(documents: list[dict]) -> tuple[set[str], set[str]]:
 
 @pytest.mark.parametrize("claims", ["refuse", "unresolved"])
 def test_each_rule_runs_in_exactly_one_place(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], pack: RuleSet, claims: str
+    ca_dir: Path, capsys: pytest.CaptureFixture[str], pack: RuleSet, claims: str
 ) -> None:
     names = {rule.name for rule in pack.rules}
-    served, native = split(render(tmp_path, capsys, "--native", "--claims", claims))
+    served, native = split(render(ca_dir, capsys, "--native", "--claims", claims))
     assert native and served  # both halves hold rules of the default pack
     assert served & native == set()
     assert served | native == names
 
 
 def test_without_native_the_webhook_serves_every_rule(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], pack: RuleSet
+    ca_dir: Path, capsys: pytest.CaptureFixture[str], pack: RuleSet
 ) -> None:
-    assert split(render(tmp_path, capsys)) == ({rule.name for rule in pack.rules}, set())
+    assert split(render(ca_dir, capsys)) == ({rule.name for rule in pack.rules}, set())

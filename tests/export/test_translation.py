@@ -9,7 +9,7 @@ import pytest
 
 from tests.export.equivalence import wrap
 from tests.support import RULES, gpu_pod
-from webhook.engine import load_rules
+from webhook.engine import RuleSet, load_rules
 from webhook.engine.resources import DEFAULT
 from webhook.engine.workloads import WORKLOADS, pod_template_targets
 from webhook.export import export
@@ -110,8 +110,8 @@ def test_cost_bound_multiplies_loops_and_takes_one_branch() -> None:
     assert estimate("[1, 2].all(v, v > 0)") < estimate("x.volumes.all(v, v > 0)")
 
 
-def test_exported_policies_stay_within_the_apiservers_budgets() -> None:
-    result = export(load_rules(RULES).require())
+def test_exported_policies_stay_within_the_apiservers_budgets(pack: RuleSet) -> None:
+    result = export(pack)
     for document in result.objects:
         if document["kind"].endswith("Binding"):
             continue
