@@ -7,6 +7,7 @@ import shutil
 import yaml
 
 from tests.authoring.conftest import BASIC_RULES, RULES
+from webhook.engine.yamlsource import plain_document
 
 POD = {
     "apiVersion": "v1",
@@ -96,7 +97,7 @@ def test_every_rule_of_the_pack_is_accounted_for(cli, tmp_path):
     service.write_text("apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {}\n")
     code, out, _ = cli("explain", "-f", str(service), "--no-color", "--rules", str(RULES))
     assert code == 0
-    names = sorted(yaml.safe_load(p.read_text())["metadata"]["name"] for p in RULES.glob("*.yaml"))
+    names = sorted(plain_document(p.read_text())["metadata"]["name"] for p in RULES.glob("*.yaml"))
     assert out.splitlines()[0] == f"Service default/web (CREATE), {len(names)} rules"
     for name in names:
         section = out[out.index(f"\n  {name} (") :].split("\n", 3)[2]
