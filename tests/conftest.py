@@ -132,7 +132,6 @@ SLOW: dict[str, str] = {
     "tests/authoring/test_suites.py::test_junit_output": "runs every suite of the pack",
     "tests/authoring/test_suites.py::test_a_changed_rule_fails_with_a_diff": "runs every suite of the pack",
     "tests/authoring/test_suites.py::test_default_pack_suites_pass": "runs every suite of the pack",
-    "tests/deploy/test_workload_table.py": "loads the pack once per workload kind",
     "tests/export/test_schema.py": "exports the pack once per Kubernetes release",
     "tests/export/test_equivalence.py": "exports the pack and runs it beside the engine",
     "tests/export/test_mixed.py": "exports the pack",
