@@ -46,7 +46,7 @@ def rendered(ca_dir: Path) -> dict[str, list[dict[str, Any]]]:
     """What `gpu-webhook manifests --ca DIR --overlay X` prints, parsed back, per overlay."""
     out = {}
     for overlay in OVERLAYS:
-        text = yaml.safe_dump_all(render(MANIFESTS, overlay=overlay, ca_dir=ca_dir), sort_keys=False)
+        text = yaml.dump_all(render(MANIFESTS, overlay=overlay, ca_dir=ca_dir), Dumper=yaml.CSafeDumper, sort_keys=False)
         out[overlay] = plain_documents(text)
     out["cert-manager"] = render(
         MANIFESTS, overlay="enforce", components=["cert-manager", "policyreports", "audit-cronjob"]

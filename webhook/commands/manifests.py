@@ -29,7 +29,7 @@ from webhook.certs import CA_FILE, CERT_FILE, KEY_FILE, check_bundle
 from webhook.commands.common import UsageError, default_manifests_dir, default_rules_dir, load_ruleset
 from webhook.engine import rule_files
 from webhook.engine.schema import TEST_KIND
-from webhook.engine.yamlsource import plain_documents
+from webhook.engine.yamlsource import document_kinds
 from webhook.export import CLAIMS_MODES, CLAIMS_REFUSE, export
 from webhook.export.mixed import webhook_files
 from webhook.export.versions import DEFAULT_VERSION, Release
@@ -201,8 +201,7 @@ def rules_configmap(rules: str) -> dict[str, Any]:
 
 
 def _only_test_suites(text: str) -> bool:
-    kinds = {d.get("kind") for d in plain_documents(text) if isinstance(d, dict)}
-    return kinds == {TEST_KIND}
+    return TEST_KIND in text and set(document_kinds(text)) == {TEST_KIND}
 
 
 def tls_secret(ca_dir: Path) -> dict[str, Any]:
