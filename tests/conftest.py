@@ -27,12 +27,6 @@ def cert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
-@pytest.fixture(scope="session")
-def pack() -> RuleSet:
-    """The shipped rule pack, loaded and compiled once per session (read-only: a RuleSet is frozen)."""
-    return load_rules(RULES).require()
-
-
 # Loading is a pure function of the rule files' paths and bytes, and a RuleSet is immutable, so the
 # doors' in-process runs (`main(["audit", ...])`, `gpu-webhook test`, lint, a test server's first
 # load) share one load per distinct set of files: parsing the YAML with positions and compiling
@@ -59,6 +53,12 @@ def load_rules_once(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[
     if key not in _LOADED:
         _LOADED[key] = load_rules(paths)
     return _LOADED[key]
+
+
+@pytest.fixture(scope="session")
+def pack() -> RuleSet:
+    """The shipped rule pack, loaded and compiled once per session (read-only: a RuleSet is frozen)."""
+    return load_rules_once(RULES).require()
 
 
 @pytest.fixture(scope="session", autouse=True)
