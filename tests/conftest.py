@@ -121,7 +121,7 @@ SLOW: dict[str, str] = {
     "tests/export/test_equivalence.py::test_generated_workloads_get_the_same_decisions": "hypothesis, thousands of evaluations",
     "tests/audit/test_yaml_compat.py::test_fast_and_reference_loaders_agree": "hypothesis, 150 generated documents",
     "tests/engine/test_cel_helpers.py::test_evaluating_the_pack_does_not_grow_memory": "a memory soak",
-    # a live TLS server per test: each start loads and compiles the whole pack (~0.35 s of CPU)
+    # a live TLS server per test (its own certificates, rules copy, event loop and reload thread)
     "tests/server/test_admission_https.py": "a live server per test",
     "tests/server/test_audit_mode.py": "a live server per test",
     "tests/server/test_reload_and_shutdown.py": "a live server per test, waiting for reloads",
