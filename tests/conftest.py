@@ -1,16 +1,23 @@
-"""Fixtures every test area shares: a throw-away CA, a copy of the rules, a live HTTPS server."""
+"""Fixtures every test area shares: a throw-away CA, the compiled pack, a copy of the rules, a live HTTPS server."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 
+import webhook.authoring.lint
+import webhook.authoring.suite
+import webhook.commands.common
+import webhook.reload
 from tests.support import RULES, LiveServer, client_ssl, start_server
 from webhook.certs import generate_bundle, write_bundle
+from webhook.engine import LoadResult, RuleSet, load_rules, rule_files
 
 
 @pytest.fixture(scope="session")
@@ -18,6 +25,48 @@ def cert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("certs")
     write_bundle(generate_bundle(["localhost"], ["127.0.0.1"]), directory)
     return directory
+
+
+# Loading is a pure function of the rule files' paths and bytes, and a RuleSet is immutable, so the
+# doors' in-process runs (`main(["audit", ...])`, `gpu-webhook test`, lint, a test server's first
+# load) share one load per distinct set of files: parsing the YAML with positions and compiling
+# the CEL of the pack costs ~0.2 s, and the tests would load it ~100 times. A test that edits a
+# rule file changes the key and loads afresh; the loader's own tests (tests/engine) call
+# load_rules directly, uncached.
+_LOADED: dict[tuple[object, ...], LoadResult] = {}
+
+
+def _files_key(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]) -> tuple[object, ...] | None:
+    named = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
+    try:
+        files = rule_files(p for p in named if os.path.exists(p))
+        contents = tuple((file, hashlib.sha256(Path(file).read_bytes()).digest()) for file in files)
+    except OSError:
+        return None  # let the loader say what is wrong
+    return tuple(map(os.fspath, named)), contents
+
+
+def load_rules_once(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]) -> LoadResult:
+    key = _files_key(paths)
+    if key is None:
+        return load_rules(paths)
+    if key not in _LOADED:
+        _LOADED[key] = load_rules(paths)
+    return _LOADED[key]
+
+
+@pytest.fixture(scope="session")
+def pack() -> RuleSet:
+    """The shipped rule pack, loaded and compiled once per session (read-only: a RuleSet is frozen)."""
+    return load_rules_once(RULES).require()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def doors_load_each_pack_once() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        for door in (webhook.commands.common, webhook.authoring.suite, webhook.authoring.lint, webhook.reload):
+            patch.setattr(door, "load_rules", load_rules_once)
+        yield
 
 
 @pytest.fixture
@@ -52,6 +101,8 @@ SLOW: dict[str, str] = {
     "tests/server/test_namespace_context.py::test_serve_watches_namespaces_when_given_a_kubeconfig": "subprocess",
     "tests/server/test_reload_and_shutdown.py::test_sigterm_finishes_in_flight_requests": "server process",
     "tests/server/test_workers.py": "server processes with --workers 2",
+    "tests/server/test_record_reviews.py::test_serve_documents_the_option": "subprocess",
+    "tests/audit/test_jobs.py::test_jobs_two_writes_the_same_bytes_as_jobs_one": "forks --jobs 2 worker processes",
     # kubectl
     "tests/deploy/test_render.py::test_builtin_renderer_matches_kubectl_kustomize": "kubectl",
     "tests/deploy/test_render.py::test_components_render_the_same_through_kubectl": "kubectl",
@@ -68,8 +119,9 @@ SLOW: dict[str, str] = {
     "tests/deploy/test_certificate_rotation.py": "certificate swaps under load",
     "tests/server/test_bad_input.py": "a live server per malformed request (25 cases), slow senders",
     "tests/export/test_equivalence.py::test_generated_workloads_get_the_same_decisions": "hypothesis, thousands of evaluations",
+    "tests/audit/test_yaml_compat.py::test_fast_and_reference_loaders_agree": "hypothesis, 150 generated documents",
     "tests/engine/test_cel_helpers.py::test_evaluating_the_pack_does_not_grow_memory": "a memory soak",
-    # a live TLS server per test: each start loads and compiles the whole pack (~0.35 s of CPU)
+    # a live TLS server per test (its own certificates, rules copy, event loop and reload thread)
     "tests/server/test_admission_https.py": "a live server per test",
     "tests/server/test_audit_mode.py": "a live server per test",
     "tests/server/test_reload_and_shutdown.py": "a live server per test, waiting for reloads",
@@ -80,10 +132,12 @@ SLOW: dict[str, str] = {
     "tests/authoring/test_suites.py::test_junit_output": "runs every suite of the pack",
     "tests/authoring/test_suites.py::test_a_changed_rule_fails_with_a_diff": "runs every suite of the pack",
     "tests/authoring/test_suites.py::test_default_pack_suites_pass": "runs every suite of the pack",
-    "tests/deploy/test_workload_table.py": "loads the pack once per workload kind",
     "tests/export/test_schema.py": "exports the pack once per Kubernetes release",
     "tests/export/test_equivalence.py": "exports the pack and runs it beside the engine",
     "tests/export/test_mixed.py": "exports the pack",
+    # like test_equivalence: exports the pack twice, every suite case (x every workload kind, x kubectl
+    # debug) beside the engine: 20,000 comparisons, every mutation applied twice, hypothesis
+    "tests/export/test_claims.py": "exports the pack and runs it beside the engine",
     "tests/deploy/test_install_safety.py": "renders every overlay with a fresh CA; a live server",
     "tests/deploy/test_render.py": "renders every overlay, validated against the Kubernetes OpenAPI schemas",
     "tests/authoring/test_schema.py::test_schemas_are_valid_and_accept_the_pack": "validates every rule file",

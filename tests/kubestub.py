@@ -60,6 +60,7 @@ class KubeStub:
         self._generation = 0  # bumped to end (drop) or expire every open watch
         self._expire = False
         self._failures = 0
+        self._read_delay = 0.0  # seconds a GET of one object waits before its answer
         self.requests: list[str] = []  # "list" / "watch rv=N" / "fail", in arrival order
         self.open_watches = 0
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -206,6 +207,11 @@ class KubeStub:
         with self._lock:
             self._failures = count
 
+    def delay_reads(self, seconds: float) -> None:
+        """Answer GETs of single objects only after `seconds`: an apiserver that does not answer in time."""
+        with self._lock:
+            self._read_delay = seconds
+
     def _single(self, path: str) -> tuple[int, dict[str, Any]] | None:
         """GET of one object: (status, body), or None when the path is no object path (caller holds the lock)."""
         if path in self._hidden:
@@ -243,6 +249,8 @@ class KubeStub:
                 url = urlsplit(self.path)
                 query = {k: v[-1] for k, v in parse_qs(url.query).items()}
                 collection = url.path if url.path in COLLECTIONS else None
+                if collection is None and stub._read_delay:
+                    time.sleep(stub._read_delay)
                 with stub._lock:
                     failing = stub._failures > 0
                     stub._failures -= 1 if failing else 0

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import jsonpatch
-import yaml
+
+from webhook.engine.yamlsource import plain_document, plain_documents
 
 Object = dict[str, Any]
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
@@ -67,7 +68,7 @@ def sort_objects(objects: list[Object]) -> list[Object]:
 def _kustomization(directory: Path) -> Object:
     for name in KUSTOMIZATION_FILES:
         if (directory / name).is_file():
-            data = yaml.safe_load((directory / name).read_text()) or {}
+            data = plain_document((directory / name).read_text()) or {}
             unknown = set(data) - SUPPORTED_FIELDS
             if unknown:
                 raise KustomizeError(f"{directory / name}: unsupported fields {sorted(unknown)}")
@@ -100,7 +101,7 @@ def _resources(directory: Path, data: Object) -> list[Object]:
         if path.is_dir():
             objects += _build(path, expect="Kustomization")
         else:
-            objects += [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+            objects += [doc for doc in plain_documents(path.read_text()) if doc]
     return objects
 
 
@@ -108,7 +109,7 @@ def _patch(directory: Path, data: Object, objects: list[Object]) -> list[Object]
     for index, entry in enumerate(data.get("patches") or []):
         where = f"{directory}: patches[{index}]"
         text = entry.get("patch") if "patch" in entry else (directory / entry["path"]).read_text()
-        operations = yaml.safe_load(text)
+        operations = plain_document(text)
         if not isinstance(operations, list):
             raise KustomizeError(f"{where}: only JSON 6902 patches (a list of operations) are supported")
         target = entry.get("target") or {}

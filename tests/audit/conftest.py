@@ -7,10 +7,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.audit.apistub import ApiStub
 from webhook.cli import main
+from webhook.engine.yamlsource import plain_documents
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -90,7 +90,7 @@ def kubeconfig(stub, tmp_path) -> str:
 
 
 def documents(text: str) -> list[dict]:
-    return [d for d in yaml.safe_load_all(text) if d]
+    return [d for d in plain_documents(text) if d]
 
 
 @pytest.fixture

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
-import yaml
 
 from tests.authoring.conftest import REPO, RULES
 from webhook.authoring.celfields import CelSyntaxError, field_problems, parse, scope_for
 from webhook.authoring.lint import _expressions
-from webhook.engine.yamlsource import load_documents
+from webhook.engine.yamlsource import load_documents, plain_documents
 
 POD_RULE = scope_for(["Pod"], autogen=True)
 
@@ -18,7 +17,7 @@ def pack_expressions():
         text = path.read_text()
         if path.suffix == ".md":
             text = "\n---\n".join(b.split("```")[0] for b in text.split("```yaml\n")[1:])
-        for document in yaml.safe_load_all(text):
+        for document in plain_documents(text):
             if isinstance(document, dict) and document.get("kind") == "GPUPolicy":
                 yield from (text for _, text in _expressions(document))
 

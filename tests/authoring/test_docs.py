@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import re
 
-import yaml
-
 from tests.authoring.conftest import REPO
 from webhook.authoring.lint import lint
+from webhook.engine.yamlsource import plain_documents
 
 DOC = REPO / "docs" / "authoring.md"
 BLOCK = re.compile(r"^```yaml\n(.*?)^```", re.DOTALL | re.MULTILINE)
@@ -18,7 +17,7 @@ def blocks(kind: str, section: str = "") -> list[str]:
     document = DOC.read_text()
     found = []
     for text in BLOCK.findall(document[document.index(section) :]):
-        kinds = {d.get("kind") for d in yaml.safe_load_all(text) if isinstance(d, dict)}
+        kinds = {d.get("kind") for d in plain_documents(text) if isinstance(d, dict)}
         if kind in kinds:
             found.append(text)
     return found
@@ -26,7 +25,7 @@ def blocks(kind: str, section: str = "") -> list[str]:
 
 def test_every_cookbook_rule_lints_clean(tmp_path):
     policies = blocks("GPUPolicy", "## 7. Cookbook")
-    names = [d["metadata"]["name"] for text in policies for d in yaml.safe_load_all(text)]
+    names = [d["metadata"]["name"] for text in policies for d in plain_documents(text)]
     assert len(names) >= 13 and len(set(names)) == len(names)
     for index, text in enumerate(policies):
         path = tmp_path / f"block-{index}.yaml"

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
+import threading
 
+import pytest
 import yaml
 
 from tests.authoring.conftest import BASIC_RULES, RULES
+from webhook.cli import main
+from webhook.engine.yamlsource import plain_document
 
 POD = {
     "apiVersion": "v1",
@@ -70,7 +76,7 @@ def test_update_and_rules_that_leave_the_object_out(cli, tmp_path):
     pod.write_text(yaml.safe_dump({**POD, "spec": {"containers": [{"name": "main", "image": "cuda:12"}]}}))
     code, out, _ = cli("explain", "-f", str(pod), "--operation", "UPDATE", "--old", str(pod), "--color")
     assert code == 0
-    assert "\x1b[32;1mDecision: allowed\x1b[0m" in out
+    assert "\x1b[1;32mDecision: allowed\x1b[0m" in out
     assert "operation UPDATE is not in match.operations (CREATE)" in out  # gpu-toleration
     assert "Patch (" not in out
 
@@ -96,8 +102,58 @@ def test_every_rule_of_the_pack_is_accounted_for(cli, tmp_path):
     service.write_text("apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {}\n")
     code, out, _ = cli("explain", "-f", str(service), "--no-color", "--rules", str(RULES))
     assert code == 0
-    names = sorted(yaml.safe_load(p.read_text())["metadata"]["name"] for p in RULES.glob("*.yaml"))
+    names = sorted(plain_document(p.read_text())["metadata"]["name"] for p in RULES.glob("*.yaml"))
     assert out.splitlines()[0] == f"Service default/web (CREATE), {len(names)} rules"
     for name in names:
         section = out[out.index(f"\n  {name} (") :].split("\n", 3)[2]
         assert section.startswith("    not matched: kind Service is not in match.kinds ("), (name, section)
+
+
+
+def on_a_terminal(*argv: str) -> str:
+    """`gpu-webhook ARGV` with stdout a pseudo-terminal, as a person at a shell runs it; what it wrote."""
+    controller, terminal = os.openpty()
+    received = bytearray()
+
+    def read() -> None:  # drain the terminal while the command writes: its buffer is small
+        try:
+            while chunk := os.read(controller, 65536):
+                received.extend(chunk)
+        except OSError:  # EIO: the command's side is closed
+            pass
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    stdout = sys.stdout
+    with open(terminal, "w", encoding="utf-8", closefd=True) as tty:
+        sys.stdout = tty
+        try:
+            main(list(argv))
+        finally:
+            sys.stdout = stdout
+    reader.join(5)
+    os.close(controller)
+    return received.decode().replace("\r\n", "\n")
+
+
+@pytest.fixture
+def denied_pod(tmp_path, monkeypatch):
+    for name in ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(yaml.safe_dump(POD))
+    return ["explain", "-f", str(pod), "--rules", str(BASIC_RULES)]
+
+
+def test_colour_on_a_terminal(denied_pod):
+    out = on_a_terminal(*denied_pod)
+    assert "\x1b[1;31mDecision: DENIED (2 violations)\x1b[0m" in out
+    assert "\x1b[31mdeny\x1b[0m [gpu-requests-equal-limits]" in out
+
+
+def test_no_colour_on_a_terminal_with_no_color(denied_pod, monkeypatch):
+    assert "\x1b[" not in on_a_terminal(*denied_pod, "--no-color")
+    monkeypatch.setenv("NO_COLOR", "1")  # https://no-color.org
+    out = on_a_terminal(*denied_pod)
+    assert "\x1b[" not in out and "Decision: DENIED (2 violations)" in out

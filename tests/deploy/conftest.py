@@ -13,6 +13,7 @@ import yaml
 from tests.support import REPO
 from webhook.certs import generate_bundle, service_dns_names, write_bundle
 from webhook.commands.manifests import render
+from webhook.engine.yamlsource import plain_documents
 
 MANIFESTS = REPO / "manifests"
 OVERLAYS = ("audit", "enforce")
@@ -45,8 +46,8 @@ def rendered(ca_dir: Path) -> dict[str, list[dict[str, Any]]]:
     """What `gpu-webhook manifests --ca DIR --overlay X` prints, parsed back, per overlay."""
     out = {}
     for overlay in OVERLAYS:
-        text = yaml.safe_dump_all(render(MANIFESTS, overlay=overlay, ca_dir=ca_dir), sort_keys=False)
-        out[overlay] = list(yaml.safe_load_all(text))
+        text = yaml.dump_all(render(MANIFESTS, overlay=overlay, ca_dir=ca_dir), Dumper=yaml.CSafeDumper, sort_keys=False)
+        out[overlay] = plain_documents(text)
     out["cert-manager"] = render(
         MANIFESTS, overlay="enforce", components=["cert-manager", "policyreports", "audit-cronjob"]
     )

@@ -5,25 +5,22 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.conftest import RULES
 from webhook.cli import main
-from webhook.engine import load_rules
+from webhook.engine import RuleSet
+from webhook.engine.yamlsource import plain_documents
 
 
-def render(tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> list[dict]:
-    assert main(["certs", "--out", str(tmp_path / "ca")]) == 0
-    capsys.readouterr()
-    assert main(["manifests", "--ca", str(tmp_path / "ca"), *extra]) == 0
-    return [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
+def render(ca_dir: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> list[dict]:
+    assert main(["manifests", "--ca", str(ca_dir), *extra]) == 0
+    return [d for d in plain_documents(capsys.readouterr().out) if d]
 
 
 def split(documents: list[dict]) -> tuple[set[str], set[str]]:
     """(rules the webhook's ConfigMap serves, rules the apiserver runs as policies)."""
     (configmap,) = [d for d in documents if d["kind"] == "ConfigMap"]
     served = {
-        d["metadata"]["name"] for text in configmap["data"].values() for d in yaml.safe_load_all(text) if d
+        d["metadata"]["name"] for text in configmap["data"].values() for d in plain_documents(text) if d
     }
     native = {
         d["metadata"]["labels"]["gpu-webhook.io/rule"]
@@ -34,14 +31,17 @@ def split(documents: list[dict]) -> tuple[set[str], set[str]]:
 
 
 @pytest.mark.parametrize("claims", ["refuse", "unresolved"])
-def test_each_rule_runs_in_exactly_one_place(tmp_path: Path, capsys: pytest.CaptureFixture[str], claims: str) -> None:
-    pack = {rule.name for rule in load_rules([str(RULES)]).require().rules}
-    served, native = split(render(tmp_path, capsys, "--native", "--claims", claims))
+def test_each_rule_runs_in_exactly_one_place(
+    ca_dir: Path, capsys: pytest.CaptureFixture[str], pack: RuleSet, claims: str
+) -> None:
+    names = {rule.name for rule in pack.rules}
+    served, native = split(render(ca_dir, capsys, "--native", "--claims", claims))
     assert native and served  # both halves hold rules of the default pack
     assert served & native == set()
-    assert served | native == pack
+    assert served | native == names
 
 
-def test_without_native_the_webhook_serves_every_rule(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pack = {rule.name for rule in load_rules([str(RULES)]).require().rules}
-    assert split(render(tmp_path, capsys)) == (pack, set())
+def test_without_native_the_webhook_serves_every_rule(
+    ca_dir: Path, capsys: pytest.CaptureFixture[str], pack: RuleSet
+) -> None:
+    assert split(render(ca_dir, capsys)) == ({rule.name for rule in pack.rules}, set())

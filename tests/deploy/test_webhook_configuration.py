@@ -8,9 +8,8 @@ from typing import Any
 import pytest
 
 from tests.deploy.conftest import OVERLAYS, one
-from tests.support import RULES
 from webhook.cli import build_parser
-from webhook.engine import load_rules
+from webhook.engine import RuleSet
 
 KUEUE = "kueue-mutating-webhook-configuration"
 EXCLUDED = {"kube-system", "gpu-webhook"}
@@ -74,11 +73,9 @@ def test_only_the_mutating_webhook_is_filtered_to_gpu_objects(rendered: dict) ->
     assert [c["name"] for c in validating["matchConditions"]] == ["spec-changed"]
 
 
-def test_every_mutating_rule_is_gpu_only() -> None:
+def test_every_mutating_rule_is_gpu_only(pack: RuleSet) -> None:
     """The mutating webhook only sees GPU objects; a mutation for CPU-only pods would never run."""
-    ruleset = load_rules([str(RULES)]).ruleset
-    assert ruleset is not None
-    mutating = [r for r in ruleset.rules if r.mutations]
+    mutating = [r for r in pack.rules if r.mutations]
     assert mutating
     for rule in mutating:
         # the second mutating entry sends every object of tenant namespaces
@@ -100,11 +97,9 @@ def test_the_two_mutating_entries_split_namespaces_by_the_tenant_label(rendered:
     assert "pods/ephemeralcontainers" in entries[1]["rules"][0]["resources"]
 
 
-def test_some_validating_rule_needs_cpu_only_pods() -> None:
+def test_some_validating_rule_needs_cpu_only_pods(pack: RuleSet) -> None:
     """Why the validating webhook has no GPU matchCondition."""
-    ruleset = load_rules([str(RULES)]).ruleset
-    assert ruleset is not None
-    assert {r.name for r in ruleset.rules if r.validate and r.match.gpu is not True} >= {
+    assert {r.name for r in pack.rules if r.validate and r.match.gpu is not True} >= {
         "cpu-pods-off-gpu-nodes",
         "no-visible-devices-without-gpu",
     }

@@ -15,9 +15,9 @@ import pytest
 from cel_expr_python import cel
 
 from tests.deploy.conftest import one
-from tests.support import RULES, cpu_pod, gpu_pod
+from tests.support import cpu_pod, gpu_pod
 from webhook.audit.cluster import RESOURCES
-from webhook.engine import AdmissionInput, Phase, evaluate, load_rules
+from webhook.engine import AdmissionInput, Phase, evaluate
 from webhook.engine.workloads import KINDS, WORKLOAD_KINDS, pod_template_targets
 
 GPU_SPEC = gpu_pod()["spec"]
@@ -68,11 +68,10 @@ def test_the_cluster_audit_lists_every_kind_of_the_table():
 
 
 @pytest.mark.parametrize("kind", [k for k in KINDS if k.find is not None], ids=lambda k: k.kind)
-def test_every_template_path_of_the_table_is_found_and_autogen_reaches_it(kind):
+def test_every_template_path_of_the_table_is_found_and_autogen_reaches_it(kind, pack):
     obj = build(kind, GPU_SPEC)
     assert len(pod_template_targets(obj)) == len(kind.templates), kind.kind
-    ruleset = load_rules([str(RULES)]).require()
-    decision = evaluate(ruleset, AdmissionInput.offline(obj), Phase.MUTATE)
+    decision = evaluate(pack, AdmissionInput.offline(obj), Phase.MUTATE)
     # gpu-toleration (a Pod rule, autogen) patches every template of every kind
     assert sum(op["path"].endswith("/tolerations") for op in decision.patch) == len(kind.templates), decision.patch
 

@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.support import EXAMPLES, gpu_pod
 from webhook.engine import AdmissionInput, evaluate, load_rules
@@ -15,6 +14,7 @@ from webhook.engine.cel import CelEnvironment
 from webhook.engine.celhelpers import rewrite
 from webhook.engine.resources import DEFAULT
 from webhook.engine.workloads import object_target, pod_template_targets
+from webhook.engine.yamlsource import plain_documents
 
 
 def test_calls_are_rewritten_and_strings_left_alone() -> None:
@@ -47,7 +47,7 @@ EXPRESSIONS = [
 def targets_of_examples() -> list[tuple[str, dict, object]]:
     found = []
     for path in sorted(Path(EXAMPLES).glob("*.yaml")):
-        for document in yaml.safe_load_all(path.read_text()):
+        for document in plain_documents(path.read_text()):
             if not isinstance(document, dict) or "kind" not in document:
                 continue
             targets = pod_template_targets(document) or [object_target(document)]

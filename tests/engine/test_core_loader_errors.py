@@ -123,9 +123,10 @@ def test_mutation_arguments_from_params_are_checked(tmp_path: Path) -> None:
 
 
 def test_shipped_rule_pack_loads(tmp_path: Path) -> None:
+    from tests.conftest import load_rules_once  # the session's one load of the pack (the `pack` fixture)
     from tests.support import RULES
 
-    result = load_rules(RULES)
+    result = load_rules_once(RULES)
     assert result.errors == []
     assert result.ruleset is not None and len(result.ruleset.rules) >= 5
 

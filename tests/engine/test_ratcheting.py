@@ -12,9 +12,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.support import RULES, gpu_pod
+from tests.support import gpu_pod
 from webhook.engine import AdmissionInput, RuleSet, evaluate, load_rules
 
 TENANT = {
@@ -22,11 +20,6 @@ TENANT = {
     "kind": "Namespace",
     "metadata": {"name": "team-a", "labels": {"gpu-webhook.io/tenant": "true"}},
 }
-
-
-@pytest.fixture(scope="module")
-def pack() -> RuleSet:
-    return load_rules(RULES).require()
 
 
 def gated_pod() -> dict[str, Any]:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.export.equivalence import wrap
-from tests.support import RULES, gpu_pod
-from webhook.engine import load_rules
+from tests.support import gpu_pod
+from webhook.engine import RuleSet, load_rules
 from webhook.engine.resources import DEFAULT
 from webhook.engine.workloads import WORKLOADS, pod_template_targets
 from webhook.export import export
@@ -110,8 +109,8 @@ def test_cost_bound_multiplies_loops_and_takes_one_branch() -> None:
     assert estimate("[1, 2].all(v, v > 0)") < estimate("x.volumes.all(v, v > 0)")
 
 
-def test_exported_policies_stay_within_the_apiservers_budgets() -> None:
-    result = export(load_rules(RULES).require())
+def test_exported_policies_stay_within_the_apiservers_budgets(pack: RuleSet) -> None:
+    result = export(pack)
     for document in result.objects:
         if document["kind"].endswith("Binding"):
             continue
@@ -127,8 +126,8 @@ def test_exported_policies_stay_within_the_apiservers_budgets() -> None:
 
 
 def test_a_rule_over_the_cost_limit_is_refused(tmp_path: Path) -> None:
-    rules = tmp_path / "rules"
-    shutil.copytree(RULES, rules, ignore=shutil.ignore_patterns("tests"))
+    rules = tmp_path / "rules"  # the rule alone: the cost check is per rule, the pack would only add time
+    rules.mkdir()
     (rules / "quadratic.yaml").write_text(
         "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: quadratic}\n"
         "spec:\n  match: {kinds: [Pod]}\n  validate:\n    expression: >-\n"

@@ -86,7 +86,7 @@ async def test_a_slow_lookup_is_bounded(stub: KubeStub, make: Callable[..., Any]
     assert cache.wait_synced(5)
     stub.fail_next(0)
     started = time.monotonic()
-    cache._read_call = lambda name, _: time.sleep(2)  # an apiserver that does not answer
+    stub.delay_reads(2)  # an apiserver that does not answer in time
     assert await cache.lookup("slow") is None
     assert time.monotonic() - started < 1
 

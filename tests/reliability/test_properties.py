@@ -23,15 +23,16 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import load_rules_once
 from tests.support import RULES, client_ssl, make_review, start_server
 from webhook.cli import main
-from webhook.engine import AdmissionInput, Phase, evaluate, load_rules
+from webhook.engine import AdmissionInput, Phase, evaluate
 from webhook.engine.loader import compile_documents
 from webhook.engine.mutate import MUTATIONS
 from webhook.engine.workloads import pod_template_targets
 from webhook.engine.yamlsource import load_documents
 
-RULESET = load_rules(RULES).ruleset
+RULESET = load_rules_once(RULES).ruleset  # the session's `pack` (tests/conftest.py): one load, shared
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 GPU_RESOURCES = ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "amd.com/gpu", "cpu", "memory"]
 

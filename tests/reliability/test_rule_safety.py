@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import cpu_pod, gpu_pod, make_review, start_server
-from webhook.engine import AdmissionInput, Phase, evaluate, load_rules
+from webhook.engine import AdmissionInput, Phase, RuleSet, evaluate, load_rules
 from webhook.engine.model import Limits
 from webhook.engine.resources import DEFAULT
 
@@ -116,9 +116,9 @@ def test_replace_with_a_computed_replacement_is_rejected_at_load(tmp_path: Path)
     assert any("replace()" in e and "literal" in e for e in errors), errors
 
 
-def test_literal_replace_and_the_default_pack_pass_the_cost_check(tmp_path: Path) -> None:
+def test_literal_replace_and_the_default_pack_pass_the_cost_check(tmp_path: Path, pack: RuleSet) -> None:
     ruleset(tmp_path, "object.metadata.name.replace('-', '_') != ''")
-    assert load_rules(Path(__file__).resolve().parents[2] / "rules").ok
+    assert pack.rules  # the session's load of the default pack ran the same cost check
 
 
 def test_time_budget_exceeded_is_a_rule_error_under_its_policy(tmp_path: Path) -> None:
@@ -133,16 +133,15 @@ def test_time_budget_exceeded_is_a_rule_error_under_its_policy(tmp_path: Path) -
     assert decision.allowed and "time budget" in decision.errors[0].message
 
 
-def test_oversized_collection_is_refused_fast_under_the_rules_policy() -> None:
+def test_oversized_collection_is_refused_fast_under_the_rules_policy(pack: RuleSet) -> None:
     # map()/filter() results grow quadratically in this runtime: 4,000 items cost ~0.2 s per expression.
-    rules = load_rules(Path(__file__).resolve().parents[2] / "rules").ruleset
     pod = cpu_pod()
     pod["spec"]["containers"] = [
         {"name": f"c{i}", "image": "x", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}
         for i in range(8000)
     ]
     started = time.perf_counter()
-    decision = evaluate(rules, pod_input(pod))
+    decision = evaluate(pack, pod_input(pod))
     assert time.perf_counter() - started < 0.5
     assert not decision.allowed
     assert any("too large to evaluate" in e.message for e in decision.errors), decision.errors
@@ -156,12 +155,11 @@ def test_huge_quantity_exponent_is_not_a_gpu_count_and_costs_nothing() -> None:
     assert time.perf_counter() - started < 0.1
 
 
-def test_huge_quantity_through_the_default_pack_is_fast() -> None:
-    rules = load_rules(Path(__file__).resolve().parents[2] / "rules").ruleset
+def test_huge_quantity_through_the_default_pack_is_fast(pack: RuleSet) -> None:
     pod = gpu_pod()
     pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1e999999999"}}
     started = time.perf_counter()
-    evaluate(rules, pod_input(pod), Phase.ALL)
+    evaluate(pack, pod_input(pod), Phase.ALL)
     assert time.perf_counter() - started < 0.5
 
 

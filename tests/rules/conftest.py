@@ -1,4 +1,4 @@
-"""Fixtures for the rule-pack tests: the shipped pack, loaded once (helpers live in rulekit.py)."""
+"""Fixtures for the rule-pack tests: one rule of the pack alone (the whole pack: `pack`, tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,6 @@ import pytest
 
 from tests.rules.rulekit import RULES
 from webhook.engine import RuleSet, load_rules
-
-
-@pytest.fixture(scope="session")
-def pack() -> RuleSet:
-    result = load_rules(RULES)
-    assert result.ok, "\n".join(map(str, result.errors))
-    return result.ruleset
 
 
 @pytest.fixture(scope="session")

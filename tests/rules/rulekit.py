@@ -6,9 +6,8 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from webhook.engine import AdmissionInput, Decision, RuleSet, evaluate
+from webhook.engine.yamlsource import plain_document
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "rules"
@@ -25,7 +24,7 @@ def namespace(name: str, labels: dict[str, str] | None = None, annotations: dict
 
 
 def example(name: str) -> dict:
-    return yaml.safe_load((EXAMPLES / name).read_text())
+    return plain_document((EXAMPLES / name).read_text())
 
 
 def gpu_pod(

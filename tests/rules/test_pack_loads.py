@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 from tests.rules.rulekit import RULES
+from webhook.engine.yamlsource import plain_documents
 
 
 def test_every_rule_file_holds_one_documented_rule(pack):
@@ -15,6 +14,6 @@ def test_every_rule_file_holds_one_documented_rule(pack):
     for file in files:
         text = file.read_text()
         assert text.startswith("#"), f"{file.name}: no header comment"
-        (document,) = list(yaml.safe_load_all(text))
+        (document,) = list(plain_documents(text))
         assert document["metadata"]["name"] == Path(file).stem
         assert document["metadata"]["annotations"]["gpu-webhook.io/description"]

@@ -4,6 +4,9 @@ For every rule of the pack: whether it matched each target (and if not, which ma
 clause failed, or that its kinds or operations leave the object out), its validation
 result, its patch operations; then the decision and the mutated object as a unified
 diff. The object is evaluated with `Phase.ALL`, as the test runner and audit do.
+
+The lines are rich `Text`s; `console()` decides whether their styles become colour (rich: on a
+terminal only; never under NO_COLOR; --color / --no-color decide for it).
 """
 
 from __future__ import annotations
@@ -12,13 +15,15 @@ import difflib
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import Literal, TextIO
+
+from rich.console import Console
+from rich.text import Text
 
 from webhook.audit.context import plain_yaml
 from webhook.engine import AdmissionInput, Decision, Phase, Result, Rule, RuleOutcome, RuleSet, evaluate
 from webhook.engine.ruleset import indexed_kinds
 
-_COLORS = {"red": "31", "green": "32", "yellow": "33", "blue": "34", "cyan": "36", "bold": "1", "dim": "2"}
 _RESULT_STYLE = {
     "fail": ("red", "FAIL"),
     "error": ("red", "ERROR"),
@@ -35,74 +40,90 @@ _OUTCOME_STYLE = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Style:
-    color: bool
-
-    def __call__(self, text: str, *names: str) -> str:
-        if not self.color or not names:
-            return text
-        codes = ";".join(_COLORS[name] for name in names)
-        return f"\x1b[{codes}m{text}\x1b[0m"
+Part = str | tuple[str, str]  # plain text, or (text, rich style: "red bold")
 
 
-def explain(ruleset: RuleSet, admission: AdmissionInput, color: bool = False) -> tuple[Decision, list[str]]:
+def style(text: str, *names: str) -> tuple[str, str]:
+    return text, " ".join(names)
+
+
+def line(*parts: Part) -> Text:
+    return Text.assemble(*parts)
+
+
+def console(file: TextIO, color: bool | None = None) -> Console:
+    """Where the lines go. color None: rich decides (styles on a terminal, plain text in a pipe or a
+    file), and a non-empty NO_COLOR (no-color.org) means plain text; True/False: --color/--no-color."""
+    if color is None and os.environ.get("NO_COLOR"):
+        color = False
+    system: Literal["auto", "standard"] | None = "auto" if color is None else "standard" if color else None
+    # force_terminal None: rich looks at the file; the text as written: no markup, emoji codes or
+    # highlighting of numbers, no wrapping at the terminal's width
+    return Console(
+        file=file,
+        force_terminal=color,
+        color_system=system,
+        highlight=False,
+        markup=False,
+        emoji=False,
+        soft_wrap=True,
+    )
+
+
+def explain(ruleset: RuleSet, admission: AdmissionInput) -> tuple[Decision, list[Text]]:
     """The decision and its explanation, line by line."""
     decision = evaluate(ruleset, admission, phase=Phase.ALL)
-    return decision, list(_lines(ruleset, admission, decision, Style(color)))
+    return decision, list(_lines(ruleset, admission, decision))
 
 
-def _lines(ruleset: RuleSet, admission: AdmissionInput, decision: Decision, style: Style) -> Iterator[str]:
+def _lines(ruleset: RuleSet, admission: AdmissionInput, decision: Decision) -> Iterator[Text]:
     subject = admission.subject or {}
     kind = admission.kind or str(subject.get("kind", ""))
     metadata = given if isinstance(given := subject.get("metadata"), dict) else {}
     name = metadata.get("name") or metadata.get("generateName") or "<unnamed>"
     where = f"{admission.namespace}/" if admission.namespace else ""
-    yield style(f"{kind} {where}{name} ({admission.operation}), {len(ruleset.rules)} rules", "bold")
-    yield ""
-    yield style("Rules", "bold")
+    yield line(style(f"{kind} {where}{name} ({admission.operation}), {len(ruleset.rules)} rules", "bold"))
+    yield line()
+    yield line(style("Rules", "bold"))
     outcomes = {o.rule: o for o in decision.outcomes()}
     for rule in ruleset.rules:
-        yield from _rule_lines(rule, kind, admission, decision, outcomes.get(rule.name), style)
-    yield ""
-    yield from _decision_lines(decision, list(outcomes.values()), style)
+        yield from _rule_lines(rule, kind, admission, decision, outcomes.get(rule.name))
+    yield line()
+    yield from _decision_lines(decision, list(outcomes.values()))
     if decision.patch:
-        yield ""
+        yield line()
         count = len(decision.patch)
-        yield style(f"Patch ({count} operation{'s' if count != 1 else ''})", "bold")
+        yield line(style(f"Patch ({count} operation{'s' if count != 1 else ''})", "bold"))
         for entry in decision.trace:
             for operation in entry.patch:
-                yield f"  [{entry.rule}] {_operation(operation)}"
-        yield ""
-        yield style("Mutated object", "bold")
-        yield from _diff(subject, decision.mutated or subject, name, style)
+                yield line(f"  [{entry.rule}] {_operation(operation)}")
+        yield line()
+        yield line(style("Mutated object", "bold"))
+        yield from _diff(subject, decision.mutated or subject, name)
 
 
 def _rule_lines(
-    rule: Rule, kind: str, admission: AdmissionInput, decision: Decision, outcome: RuleOutcome | None, style: Style
-) -> Iterator[str]:
+    rule: Rule, kind: str, admission: AdmissionInput, decision: Decision, outcome: RuleOutcome | None
+) -> Iterator[Text]:
     entries = [t for t in decision.trace if t.rule == rule.name]
     what = "mutate" if not rule.validate else f"validate, {rule.action.value}"
     if rule.validate and rule.mutations:
         what = f"mutate, {what}"
     source = f"{os.path.relpath(rule.source.file)}:{rule.source.line}"
-    yield f"  {style(rule.name, 'bold')} ({what})  {style(source, 'dim')}"
+    yield line("  ", style(rule.name, "bold"), f" ({what})  ", style(source, "dim"))
     if not entries:
-        yield f"    {style('not matched', 'dim')}: {_unindexed_reason(rule, kind, admission)}"
+        yield line("    ", style("not matched", "dim"), f": {_unindexed_reason(rule, kind, admission)}")
         return
     for entry in entries:
         if not entry.matched:
-            yield f"    {entry.target}: {style('not matched', 'dim')}: {entry.reason}"
+            yield line(f"    {entry.target}: ", style("not matched", "dim"), f": {entry.reason}")
             continue
         color, label = _RESULT_STYLE.get(entry.result, ("dim", entry.result))
         if entry.result == "fail" and outcome is not None and outcome.result in _OUTCOME_STYLE:
             color, label = _OUTCOME_STYLE[outcome.result]
-        line = f"    {entry.target}: matched, {style(label, color, 'bold')}"
-        if entry.message:
-            line += f": {entry.message}"
-        yield line
+        yield line(f"    {entry.target}: matched, ", style(label, color, "bold"), f": {entry.message}" if entry.message else "")
         for operation in entry.patch:
-            yield f"      {style(_operation(operation), 'cyan')}"
+            yield line("      ", style(_operation(operation), "cyan"))
 
 
 def _unindexed_reason(rule: Rule, kind: str, admission: AdmissionInput) -> str:
@@ -128,13 +149,13 @@ _DECISION_LABEL = {
 }
 
 
-def _decision_lines(decision: Decision, outcomes: list[RuleOutcome], style: Style) -> Iterator[str]:
+def _decision_lines(decision: Decision, outcomes: list[RuleOutcome]) -> Iterator[Text]:
     """The decision, then each rule's outcome that is not a pass: the engine's summary, as audit shows it."""
     if decision.allowed:
-        yield style("Decision: allowed", "green", "bold")
+        yield line(style("Decision: allowed", "green", "bold"))
     else:
         count = len(decision.violations)
-        yield style(f"Decision: DENIED ({count} violation{'s' if count != 1 else ''})", "red", "bold")
+        yield line(style(f"Decision: DENIED ({count} violation{'s' if count != 1 else ''})", "red", "bold"))
     for result in _DECISION_LABEL:
         label, color = _DECISION_LABEL[result]
         for outcome in (o for o in outcomes if o.result == result):
@@ -142,10 +163,10 @@ def _decision_lines(decision: Decision, outcomes: list[RuleOutcome], style: Styl
             if result == Result.AUDIT and outcome.relaxed:
                 label = "would deny"
             for message in outcome.messages:
-                yield f"  {style(label, color)} [{outcome.rule}] {message}{suffix}"
+                yield line("  ", style(label, color), f" [{outcome.rule}] {message}{suffix}")
     for outcome in outcomes:
         if outcome.context_missing:
-            yield f"  {style('skipped', 'dim')} [{outcome.rule}] {outcome.reason}"
+            yield line("  ", style("skipped", "dim"), f" [{outcome.rule}] {outcome.reason}")
 
 
 def _operation(operation: dict[str, object]) -> str:
@@ -155,20 +176,20 @@ def _operation(operation: dict[str, object]) -> str:
     return text
 
 
-def _diff(before: object, after: object, name: str, style: Style) -> Iterator[str]:
+def _diff(before: object, after: object, name: str) -> Iterator[Text]:
     def lines(value: object) -> list[str]:
         return plain_yaml(value, width=120).splitlines()
 
-    for line in difflib.unified_diff(
+    for text in difflib.unified_diff(
         lines(before), lines(after), f"{name} (original)", f"{name} (mutated)", lineterm=""
     ):
-        if line.startswith(("+++", "---")):
-            yield style(line, "bold")
-        elif line.startswith("@@"):
-            yield style(line, "cyan")
-        elif line.startswith("+"):
-            yield style(line, "green")
-        elif line.startswith("-"):
-            yield style(line, "red")
+        if text.startswith(("+++", "---")):
+            yield line(style(text, "bold"))
+        elif text.startswith("@@"):
+            yield line(style(text, "cyan"))
+        elif text.startswith("+"):
+            yield line(style(text, "green"))
+        elif text.startswith("-"):
+            yield line(style(text, "red"))
         else:
-            yield line
+            yield line(text)

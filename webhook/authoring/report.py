@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-# B405: builds the JUnit XML we write; parses nothing
-import xml.etree.ElementTree as ElementTree  # nosec B405
 from collections.abc import Iterable, Iterator
+
+from webhook.junit import Case, Outcome, render
 
 from .suite import CaseResult
 
@@ -32,23 +32,11 @@ def text(results: Iterable[CaseResult]) -> Iterator[str]:
 
 def junit(results: list[CaseResult]) -> str:
     """One <testsuite> per suite file, one <testcase> per case, a <failure> with the full text."""
-    root = ElementTree.Element("testsuites", name="gpu-webhook test")
-    suites: dict[str, ElementTree.Element] = {}
+    suites: dict[str, list[Case]] = {}
     for result in results:
-        suite = suites.get(result.suite)
-        if suite is None:
-            suite = suites[result.suite] = ElementTree.SubElement(root, "testsuite", name=result.suite)
-        case = ElementTree.SubElement(
-            suite, "testcase", classname=result.suite, name=result.name, time=f"{result.seconds:.6f}"
-        )
-        if not result.passed:
-            failure = ElementTree.SubElement(case, "failure", message=result.failures[0].splitlines()[0])
-            failure.text = "\n\n".join(result.failures)
-    for element in (root, *suites.values()):
-        cases = element.iter("testcase")
-        members = list(cases)
-        element.set("tests", str(len(members)))
-        element.set("failures", str(sum(1 for m in members if m.find("failure") is not None)))
-        element.set("time", f"{sum(float(m.get('time', '0')) for m in members):.6f}")
-    ElementTree.indent(root)
-    return ElementTree.tostring(root, encoding="unicode", xml_declaration=True)
+        outcome = Outcome.PASSED if result.passed else Outcome.FAILURE
+        message = "" if result.passed else result.failures[0].splitlines()[0]
+        details = None if result.passed else "\n\n".join(result.failures)
+        case = Case(result.suite, result.name, outcome, message, details, seconds=result.seconds)
+        suites.setdefault(result.suite, []).append(case)
+    return render("gpu-webhook test", suites.items())

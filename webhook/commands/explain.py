@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
@@ -11,7 +10,7 @@ import yaml
 
 from webhook.audit.context import NamespaceContext
 from webhook.audit.sources import Loader
-from webhook.authoring.explain import explain
+from webhook.authoring.explain import console, explain
 from webhook.commands.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -69,10 +68,10 @@ def run(args: argparse.Namespace) -> int:
         old_object=old if args.operation != "DELETE" else (old or obj),
         user_info={"username": args.user},
     )
-    color = sys.stdout.isatty() and "NO_COLOR" not in os.environ if args.color is None else args.color
-    decision, lines = explain(ruleset, admission, color=color)
+    decision, lines = explain(ruleset, admission)
+    out = console(sys.stdout, args.color)
     for line in lines:
-        print(line)
+        out.print(line)
     return EXIT_OK if decision.allowed else EXIT_FAILED
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 import yaml
 
 from webhook.engine.schema import POLICY_KIND
+from webhook.engine.yamlsource import plain_documents
 
 
 def webhook_files(data: Mapping[str, str], exported: Iterable[str]) -> dict[str, str]:
@@ -23,7 +24,7 @@ def webhook_files(data: Mapping[str, str], exported: Iterable[str]) -> dict[str,
     names = set(exported)
     out: dict[str, str] = {}
     for key, text in data.items():
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+        documents = [d for d in plain_documents(text) if d is not None]
         kept = [d for d in documents if not _exported(d, names)]
         if len(kept) == len(documents):
             out[key] = text

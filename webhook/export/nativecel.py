@@ -226,19 +226,23 @@ def _rewrite(text: str, replacements: Mapping[str, Callable[[list[str], str], st
     return celhelpers.rewrite(text, replacements)
 
 
+# where a literal may start: its prefix and quote (the engine's parser decides whether one does)
+_LITERAL_START = re.compile(r"""[rRbB]{0,2}['"]""")
+
+
 def _blank_strings(text: str) -> str:
     """The text with string literals' contents blanked, positions kept (found by the engine's parser)."""
-    out = list(text)
-    index = 0
-    while index < len(text):
-        end = celhelpers.string_literal_end(text, index) if text[index] in "'\"rRbB" else None
+    out: list[str] = []
+    position = index = 0  # text[:position] is in out; the next literal starts at or after index
+    while (found := _LITERAL_START.search(text, index)) is not None:
+        start = found.start()
+        end = celhelpers.string_literal_end(text, start)
         if end is None:
-            index += 1
+            index = start + 1
             continue
-        for i in range(index + 1, max(index + 1, end - 1)):
-            out[i] = " "
-        index = end
-    return "".join(out)
+        out += [text[position : start + 1], " " * max(0, end - start - 2)]
+        position, index = max(start + 1, end - 1), end  # the closing quote is kept
+    return "".join(out) + text[position:]
 
 
 def _substitute(text: str) -> str:

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-# B406: escapes text for XML we write; parses nothing
-from xml.sax.saxutils import escape, quoteattr  # nosec B406
-
+from webhook import junit
 from webhook.engine import Result
 
 from ..results import ObjectResult, Tally, text
@@ -23,47 +21,24 @@ class JunitReport:
     def __init__(self, out: TextIO, fail_on: str = "deny") -> None:
         self.out = out
         self.failing = {FAIL, WARN} if fail_on == "warn" else {FAIL}
-        self.cases: dict[str, list[tuple[str, str, str]]] = {}  # rule -> (object, result, message)
+        self.cases: dict[str, list[junit.Case]] = {}  # rule -> its cases, in the order of the objects
 
     def add(self, result: ObjectResult) -> None:
         name = f"{result.ref} ({result.origin})"
         for outcome in result.outcomes:
-            self.cases.setdefault(outcome.rule, []).append((name, outcome.result, text(outcome)))
+            self.cases.setdefault(outcome.rule, []).append(self._case(outcome.rule, name, outcome.result, text(outcome)))
+
+    def _case(self, rule: str, name: str, result: Result, message: str) -> junit.Case:
+        if result in self.failing:
+            kind = "Deny" if result == FAIL else "Warn"
+            return junit.Case(rule, name, junit.Outcome.FAILURE, message, failure_type=kind)
+        if result == ERROR:
+            return junit.Case(rule, name, junit.Outcome.ERROR, message)
+        if result == SKIP:
+            return junit.Case(rule, name, junit.Outcome.SKIPPED, message)
+        if result in (WARN, AUDIT):
+            return junit.Case(rule, name, output=f"{'Warn' if result == WARN else 'Audit'}: {message}")
+        return junit.Case(rule, name)
 
     def finish(self, tally: Tally) -> None:
-        total = sum(len(cases) for cases in self.cases.values())
-        failures = sum(r in self.failing for cases in self.cases.values() for _, r, _ in cases)
-        errors = sum(r == ERROR for cases in self.cases.values() for _, r, _ in cases)
-        skipped = sum(r == SKIP for cases in self.cases.values() for _, r, _ in cases)
-        write = self.out.write
-        write('<?xml version="1.0" encoding="UTF-8"?>\n')
-        write(
-            f'<testsuites name="gpu-webhook audit" tests="{total}" failures="{failures}" errors="{errors}"'
-            f' skipped="{skipped}">\n'
-        )
-        for rule in sorted(self.cases):
-            cases = self.cases[rule]
-            suite_failures = sum(r in self.failing for _, r, _ in cases)
-            suite_errors = sum(r == ERROR for _, r, _ in cases)
-            suite_skipped = sum(r == SKIP for _, r, _ in cases)
-            write(
-                f'  <testsuite name={quoteattr(rule)} tests="{len(cases)}" failures="{suite_failures}"'
-                f' errors="{suite_errors}" skipped="{suite_skipped}">\n'
-            )
-            for name, result, message in cases:
-                write(f"    <testcase classname={quoteattr(rule)} name={quoteattr(name)}")
-                if result in self.failing:
-                    kind = "Deny" if result == FAIL else "Warn"
-                    write(f'>\n      <failure type="{kind}" message={quoteattr(message)}>{escape(message)}</failure>\n')
-                    write("    </testcase>\n")
-                elif result == ERROR:
-                    write(f">\n      <error message={quoteattr(message)}>{escape(message)}</error>\n    </testcase>\n")
-                elif result == SKIP:
-                    write(f">\n      <skipped message={quoteattr(message)}/>\n    </testcase>\n")
-                elif result in (WARN, AUDIT):
-                    label = "Warn" if result == WARN else "Audit"
-                    write(f">\n      <system-out>{label}: {escape(message)}</system-out>\n    </testcase>\n")
-                else:
-                    write("/>\n")
-            write("  </testsuite>\n")
-        write("</testsuites>\n")
+        self.out.write(junit.render("gpu-webhook audit", ((rule, self.cases[rule]) for rule in sorted(self.cases))) + "\n")
