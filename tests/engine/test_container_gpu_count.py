@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from webhook.engine.cel import CelEnvironment
-from webhook.engine.evaluate import _TargetFacts
+from webhook.engine.facts import TargetFacts
 from webhook.engine.resources import DEFAULT
 
 CONTAINERS: list[dict[str, Any]] = [
@@ -33,8 +33,8 @@ def env() -> CelEnvironment:
 
 
 def variables(env: CelEnvironment, containers: list[Any]) -> dict[str, Any]:
-    """What the engine binds for a target with these containers (evaluate._Run._activation)."""
-    facts = _TargetFacts(version=0, pod_specs=[{"containers": containers}], containers=containers, gpus=0)
+    """What the engine binds for a target with these containers (facts.Subject's activation)."""
+    facts = TargetFacts(version=0, pod_specs=[{"containers": containers}], containers=containers, gpus=0)
     return {
         "containers": containers,
         "containerGpus": facts.container_gpus(DEFAULT),
