@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from .nativecel import _blank_strings
+from webhook.engine import celsyntax
 
 PER_CALL_LIMIT = 1_000_000
 POLICY_BUDGET = 10_000_000
@@ -57,7 +57,7 @@ _TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+(?:\.\d+)?|==|!=|<=|>=|&&|\|\||[
 
 def estimate(expression: str) -> int:
     """An upper estimate of the expression's cost for an object within SIZES."""
-    return _cost(_blank_strings(expression))
+    return _cost(celsyntax.blank(expression))
 
 
 @lru_cache(maxsize=4096)  # generated expressions repeat their pieces (targets, accelerator tests)

@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from webhook.engine import celhelpers
+from webhook.engine import celhelpers, celsyntax
 from webhook.engine.quantity import QuantityError, parse_quantity
 from webhook.engine.resources import Accelerators
 
@@ -148,7 +148,7 @@ class Translator:
     def translate(self, text: str) -> str:
         """The expression with helpers and engine variables made native; NotNative when impossible."""
         text = inline_bindings(text)
-        shadowed = {m.group(1) for m in _COMPREHENSION_VARIABLE.finditer(_blank_strings(text))}
+        shadowed = {m.group(1) for m in _COMPREHENSION_VARIABLE.finditer(celsyntax.blank(text))}
         clash = {n for n in shadowed if n in TARGET_FIELDS or n in ("params", "variables") or n.startswith("gw")}
         if clash:
             raise NotNative(f"a comprehension variable is named {', '.join(sorted(clash))}")
@@ -188,7 +188,7 @@ def inline_bindings(text: str) -> str:
     refused rather than renamed.
     """
     while True:
-        found = _BIND.search(_blank_strings(text))
+        found = _BIND.search(celsyntax.blank(text))
         if found is None:
             return text
         try:
@@ -198,13 +198,13 @@ def inline_bindings(text: str) -> str:
         if len(args) != 3 or not _IDENTIFIER.fullmatch(args[0].strip()):
             raise NotNative("cel.bind needs a name, a value and an expression")
         name, value, body = args[0].strip(), inline_bindings(args[1]), inline_bindings(args[2])
-        if name in {m.group(1) for m in _COMPREHENSION_VARIABLE.finditer(_blank_strings(body))}:
+        if name in {m.group(1) for m in _COMPREHENSION_VARIABLE.finditer(celsyntax.blank(body))}:
             raise NotNative(f"cel.bind({name}, ...) is shadowed by a comprehension variable of the same name")
         text = text[: found.start()] + "(" + _replace_identifier(body, name, f"({value.strip()})") + ")" + text[end:]
 
 
 def _replace_identifier(text: str, name: str, replacement: str) -> str:
-    blank = _blank_strings(text)
+    blank = celsyntax.blank(text)
     out: list[str] = []
     position = 0
     for match in _IDENTIFIER.finditer(blank):
@@ -226,28 +226,9 @@ def _rewrite(text: str, replacements: Mapping[str, Callable[[list[str], str], st
     return celhelpers.rewrite(text, replacements)
 
 
-# where a literal may start: its prefix and quote (the engine's parser decides whether one does)
-_LITERAL_START = re.compile(r"""[rRbB]{0,2}['"]""")
-
-
-def _blank_strings(text: str) -> str:
-    """The text with string literals' contents blanked, positions kept (found by the engine's parser)."""
-    out: list[str] = []
-    position = index = 0  # text[:position] is in out; the next literal starts at or after index
-    while (found := _LITERAL_START.search(text, index)) is not None:
-        start = found.start()
-        end = celhelpers.string_literal_end(text, start)
-        if end is None:
-            index = start + 1
-            continue
-        out += [text[position : start + 1], " " * max(0, end - start - 2)]
-        position, index = max(start + 1, end - 1), end  # the closing quote is kept
-    return "".join(out) + text[position:]
-
-
 def _substitute(text: str) -> str:
     """Engine variables -> loop-variable fields; params -> variables.params. Strings and fields untouched."""
-    blank = _blank_strings(text)
+    blank = celsyntax.blank(text)
     out: list[str] = []
     position = 0
     for match in _IDENTIFIER.finditer(blank):
@@ -270,7 +251,7 @@ def _substitute(text: str) -> str:
 
 def references(text: str) -> set[str]:
     """Engine variables an expression reads (after translation: the loop fields it needs)."""
-    blank = _blank_strings(text)
+    blank = celsyntax.blank(text)
     found = set()
     for match in re.finditer(rf"\b{LOOP}\.([A-Za-z]+)", blank):
         found.add(match.group(1))
