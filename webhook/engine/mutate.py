@@ -95,13 +95,23 @@ _BY_RESOURCE: dict[str, Any] = {
 }
 
 
-def _single_or_table(required: list[str]) -> list[dict[str, Any]]:
-    """One set of arguments (`required` fields), or a `byResourcePrefix` table and nothing beside it."""
+def _single_or_table(fields: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """The schema of one set of arguments (`required` of `fields`), or a `byResourcePrefix` table of
+    them and nothing beside it: what addToleration and requireNodeAffinity share."""
     table = {"required": ["byResourcePrefix"]}
-    return [
-        {"if": {"not": table}, "then": {"required": required}},
-        {"if": table, "then": {"maxProperties": 1}},
-    ]
+    row = {"type": "object", "additionalProperties": False, "required": ["prefix", *required]}
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            **fields,
+            "byResourcePrefix": {"type": "array", "items": {**row, "properties": {**_BY_RESOURCE, **fields}}},
+        },
+        "allOf": [
+            {"if": {"not": table}, "then": {"required": required}},
+            {"if": table, "then": {"maxProperties": 1}},
+        ],
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,23 +170,7 @@ def _wanted(
 @dataclass(frozen=True, slots=True)
 class AddToleration(_NoCel):
     name: ClassVar[str] = "addToleration"
-    schema: ClassVar[dict[str, Any]] = {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            **_TOLERATION_FIELDS,
-            "byResourcePrefix": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["prefix", "key"],
-                    "properties": {**_BY_RESOURCE, **_TOLERATION_FIELDS},
-                },
-            },
-        },
-        "allOf": _single_or_table(["key"]),
-    }
+    schema: ClassVar[dict[str, Any]] = _single_or_table(_TOLERATION_FIELDS, ["key"])
     toleration: Mapping[str, Any] | None
     table: tuple[ByResource, ...] = ()
 
@@ -230,23 +224,7 @@ _REQUIREMENT_FIELDS: dict[str, Any] = {
 @dataclass(frozen=True, slots=True)
 class RequireNodeAffinity(_NoCel):
     name: ClassVar[str] = "requireNodeAffinity"
-    schema: ClassVar[dict[str, Any]] = {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            **_REQUIREMENT_FIELDS,
-            "byResourcePrefix": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["prefix", "key", "operator"],
-                    "properties": {**_BY_RESOURCE, **_REQUIREMENT_FIELDS},
-                },
-            },
-        },
-        "allOf": _single_or_table(["key", "operator"]),
-    }
+    schema: ClassVar[dict[str, Any]] = _single_or_table(_REQUIREMENT_FIELDS, ["key", "operator"])
     expression: Mapping[str, Any] | None
     table: tuple[ByResource, ...] = ()
 
