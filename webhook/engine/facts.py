@@ -35,6 +35,9 @@ class Projection:
     trees: Mapping[str, Tree]
     covered: frozenset[int]  # ids of the expressions the trees were computed from
     references: frozenset[str] = frozenset()  # variables those expressions read: what the shared activation holds
+    # the candidates that mutate / validate in this phase, in file order: the run's two loops
+    mutating: tuple[Rule, ...] = ()
+    validating: tuple[Rule, ...] = ()
     # (id of an expression, namespace uid, resourceVersion) -> (the expression, its result), for
     # expressions of the namespace alone (Subject._namespace_result); lives as long as the rule set
     namespace_results: dict[tuple[int, str, str], tuple[CompiledExpression, Any]] = field(
@@ -70,6 +73,8 @@ def projection_for(ruleset: RuleSet, candidates: tuple[Rule, ...], phase: Phase)
         merge(e.paths for e in expressions),
         frozenset(id(e) for e in expressions),
         frozenset().union(*(e.references for e in expressions)),
+        tuple(rule for rule in candidates if rule.mutations) if phase != Phase.VALIDATE else (),
+        tuple(rule for rule in candidates if rule.validate is not None) if phase != Phase.MUTATE else (),
     )
     cache[key] = (candidates, projection)
     return projection
