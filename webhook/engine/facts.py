@@ -9,6 +9,7 @@ in, each computed once per state of the working copy.
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -196,9 +197,14 @@ class Subject:
         the runtime converts each variable on first use and keeps it, so the object is
         converted once per request (and per state of the working copy), not once per rule.
         """
-        self.budget.check(target, self.working)
+        budget = self.budget
+        # the check itself only once the size has passed and until the wall-clock deadline (a call saved per expression)
+        if not budget.clear or (budget.deadline is not None and time.perf_counter() > budget.deadline):
+            budget.check(target, self.working)
         if self._namespace_version is not None and expression.references <= NAMESPACE_VARIABLES:
             return self._namespace_result(rule, target, expression, self._namespace_version)
+        if expression.params_bound and id(expression) in self.projection.covered:
+            return evaluate_expression(expression, self._shared_activation(target))  # the common case
         return self._evaluate(rule, target, expression)
 
     def _namespace_result(
@@ -231,12 +237,17 @@ class Subject:
         if not expression.params_bound:
             activation = self._activation(target, rule.params, rule.references, self.projection.trees)
             return evaluate_expression(expression, activation)
-        version = self.version()
+        return evaluate_expression(expression, self._shared_activation(target))
+
+    def _shared_activation(self, target: Target) -> Any:
+        """The activation every params-bound expression of the target shares, per state of the working copy."""
+        patcher = self.patcher
+        version = len(patcher.operations) if patcher is not None else 0  # self.version(), inline
         cached = self._activations.get(target.root)
         if cached is None or cached[0] != version:
             cached = (version, self._activation(target, None, self.projection.references, self.projection.trees))
             self._activations[target.root] = cached
-        return evaluate_expression(expression, cached[1])
+        return cached[1]
 
     def _activation(self, target: Target, params: Any, references: frozenset[str], trees: Mapping[str, Tree]) -> Any:
         # only what the expressions read: the runtime converts each variable deeply (projection.py)

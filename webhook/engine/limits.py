@@ -27,6 +27,8 @@ class Budget:
         # the largest collection in the object, measured once; none can exceed the limit when the
         # text it was parsed from had fewer commas (AdmissionInput.json_commas)
         self._largest: int | None = 0 if json_commas is not None and json_commas < limits.max_collection else None
+        # True once the object's size has passed: until the wall-clock deadline, check() has nothing to do
+        self.clear = False
 
     def check(self, target: Target, document: Any) -> None:
         """Before each expression: the request's CPU time budget and the target's size; a RuleError past either."""
@@ -44,7 +46,9 @@ class Budget:
             # once, on the object as sent: mutations only add a few small items
             self._largest = largest_collection(document, self.limits.max_collection)
         largest = self._largest
-        if largest > self.limits.max_collection:
+        if largest <= self.limits.max_collection:
+            self.clear = True
+        else:
             raise RuleError(
                 f"{target.description}: the object is too large to evaluate: a list or map of {largest} items "
                 f"(limit {self.limits.max_collection})"
