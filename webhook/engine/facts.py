@@ -204,7 +204,7 @@ class Subject:
         if self._namespace_version is not None and expression.references <= NAMESPACE_VARIABLES:
             return self._namespace_result(rule, target, expression, self._namespace_version)
         if expression.params_bound and id(expression) in self.projection.covered:
-            return evaluate_expression(expression, self._shared_activation(target, expression))  # the common case
+            return evaluate_expression(expression, self._shared_activation(target))  # the common case
         return self._evaluate(rule, target, expression)
 
     def _namespace_result(
@@ -237,23 +237,14 @@ class Subject:
         if not expression.params_bound:
             activation = self._activation(target, rule.params, rule.references, self.projection.trees)
             return evaluate_expression(expression, activation)
-        return evaluate_expression(expression, self._shared_activation(target, expression))
+        return evaluate_expression(expression, self._shared_activation(target))
 
-    def _shared_activation(self, target: Target, expression: CompiledExpression) -> Any:
-        """The activation every params-bound expression of the target shares, per state of the working copy.
-
-        An activation made before an edit still serves an expression that reads nothing the edits
-        since then reached: after a toleration is appended, the conditions on the object's kind
-        and labels need no new activation (and no second conversion of the object into CEL).
-        """
+    def _shared_activation(self, target: Target) -> Any:
+        """The activation every params-bound expression of the target shares, per state of the working copy."""
         patcher = self.patcher
         version = len(patcher.operations) if patcher is not None else 0  # self.version(), inline
         cached = self._activations.get(target.root)
-        if cached is None or (
-            cached[0] != version
-            and patcher is not None
-            and reads_edited(expression, target, patcher.operations[cached[0] :])
-        ):
+        if cached is None or cached[0] != version:
             cached = (version, self._activation(target, None, self.projection.references, self.projection.trees))
             self._activations[target.root] = cached
         return cached[1]
@@ -421,40 +412,6 @@ def edits_pod_specs(operations: list[dict[str, Any]], target: Target) -> bool:
         path = operation["path"]
         for spec in specs:
             if path == spec or path.startswith(spec + "/") or spec.startswith(path + "/"):
-                return True
-    return False
-
-
-def reads_edited(expression: CompiledExpression, target: Target, operations: list[dict[str, Any]]) -> bool:
-    """Whether the expression may read anything these patch operations wrote (conservative).
-
-    Edits reach only the variables made from the working copy: `object` (by the paths the
-    expression reads, projection.read_paths), `podSpec` (the same, under the target's pod spec)
-    and the other pod-spec facts (any edit into or above a pod spec).
-    """
-    if not operations:
-        return False
-    references = expression.references
-    if "object" in references and _touches(operations, "", expression.paths.get("object")):
-        return True
-    if references.isdisjoint(FACT_VARIABLES):
-        return False
-    if not references.isdisjoint(FACT_VARIABLES - {"podSpec"}):
-        return edits_pod_specs(operations, target)
-    if len(target.pod_specs) != 1:  # podSpec is null for more than one pod spec: nothing to read
-        return False
-    return _touches(operations, to_pointer(target.pod_specs[0]), expression.paths.get("podSpec"))
-
-
-def _touches(operations: list[dict[str, Any]], base: str, paths: frozenset[tuple[str, ...]] | None) -> bool:
-    """Whether an operation's path is, or is inside or above, one of the read paths under `base`."""
-    if paths is None:
-        return True  # no paths known for a variable it reads: the whole value
-    reads = [base + to_pointer(path) for path in paths]
-    for operation in operations:
-        written = operation["path"]
-        for read in reads:
-            if written == read or written.startswith(read + "/") or read.startswith(written + "/"):
                 return True
     return False
 
