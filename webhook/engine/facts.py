@@ -169,6 +169,7 @@ class Subject:
         ):
             facts.gpus, facts.claims = cached.gpus, cached.claims
             facts._container_gpus, facts._quantities = cached._container_gpus, cached._quantities
+            facts._accelerated = cached._accelerated
         else:
             admission = self.admission
             facts.claims = [
@@ -344,6 +345,16 @@ class TargetFacts:
     claims: list[PodClaims] = field(default_factory=list)  # per pod spec, in pod_specs order
     _container_gpus: dict[str, int] | None = None
     _quantities: dict[str, float] | None = None
+    _accelerated: bool | None = None
+
+    def accelerated(self) -> bool:
+        """Whether the target asks for accelerators, as `gpu:` matching counts them (once per facts, not per rule).
+
+        An unresolved DRA claim counts as an accelerator (resources.py explains why).
+        """
+        if self._accelerated is None:
+            self._accelerated = self.gpus > 0 or any(claims.unresolved for claims in self.claims)
+        return self._accelerated
 
     def container_gpus(self, accelerators: Accelerators) -> dict[str, int]:
         """Container name -> accelerators (extended resources and DRA claims it names).
