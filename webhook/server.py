@@ -26,7 +26,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from webhook.certs import CERT_FILE, KEY_FILE
 from webhook.cluster_input import admission_input
 from webhook.connections import GuardedSite, shrink_tls_buffers
-from webhook.decide import DecideConfig, Problem, parse, respond
+from webhook.decide import DecideConfig, Problem, parse, respond, with_body
 from webhook.engine import Mode, Phase
 from webhook.engine.model import AdmissionInput, Limits
 from webhook.memory import settle, trim_periodically
@@ -213,7 +213,8 @@ def _admission_handler(phase: Phase, endpoint: str) -> Callable[[web.Request], A
             if isinstance(review, Problem):
                 result = review
             else:
-                result = respond(ruleset, config, review, await admission_input(state.namespaces, review), endpoint)
+                admission = with_body(await admission_input(state.namespaces, review), body)
+                result = respond(ruleset, config, review, admission, endpoint)
         if isinstance(result, Problem):
             state.metrics.rejected.labels(str(result.status)).inc()
             return _problem(result.status, result.message)

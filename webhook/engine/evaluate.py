@@ -65,15 +65,13 @@ def evaluate(
     if not candidates:
         decision.accelerators = object_accelerators(ruleset.accelerators, admission)
         return decision
-    run = _Run(ruleset, admission, decision, mode, trace, limits, projection_for(ruleset, candidates, phase))
-    if phase != Phase.VALIDATE and admission.object is not None:
-        for rule in candidates:
-            if rule.mutations:
-                run.mutate(rule)
-    if phase != Phase.MUTATE:
-        for rule in candidates:
-            if rule.validate is not None:
-                run.validate(rule)
+    projection = projection_for(ruleset, candidates, phase)  # with the phase's rules, listed once per rule set
+    run = _Run(ruleset, admission, decision, mode, trace, limits, projection)
+    if admission.object is not None:
+        for rule in projection.mutating:
+            run.mutate(rule)
+    for rule in projection.validating:
+        run.validate(rule)
     patcher = run.subject.patcher
     if patcher is not None and patcher.operations:
         decision.patch = patcher.operations
@@ -103,7 +101,7 @@ class _Run:
         self.mode = mode
         self.trace = trace
         self.limits = limits
-        self.subject = Subject(ruleset, admission, projection, Budget(limits))
+        self.subject = Subject(ruleset, admission, projection, Budget(limits, admission.json_commas))
         self._refused_for_context: set[tuple[str, str]] = set()
         self._old_run: _Run | None = None  # the same rules on oldObject, for ratcheting (UPDATE)
         # Without a trace nobody reads the entries: one scratch entry takes what every rule writes

@@ -9,6 +9,7 @@ in, each computed once per state of the working copy.
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,9 @@ class Projection:
     trees: Mapping[str, Tree]
     covered: frozenset[int]  # ids of the expressions the trees were computed from
     references: frozenset[str] = frozenset()  # variables those expressions read: what the shared activation holds
+    # the candidates that mutate / validate in this phase, in file order: the run's two loops
+    mutating: tuple[Rule, ...] = ()
+    validating: tuple[Rule, ...] = ()
     # (id of an expression, namespace uid, resourceVersion) -> (the expression, its result), for
     # expressions of the namespace alone (Subject._namespace_result); lives as long as the rule set
     namespace_results: dict[tuple[int, str, str], tuple[CompiledExpression, Any]] = field(
@@ -70,6 +74,8 @@ def projection_for(ruleset: RuleSet, candidates: tuple[Rule, ...], phase: Phase)
         merge(e.paths for e in expressions),
         frozenset(id(e) for e in expressions),
         frozenset().union(*(e.references for e in expressions)),
+        tuple(rule for rule in candidates if rule.mutations) if phase != Phase.VALIDATE else (),
+        tuple(rule for rule in candidates if rule.validate is not None) if phase != Phase.MUTATE else (),
     )
     cache[key] = (candidates, projection)
     return projection
@@ -163,6 +169,7 @@ class Subject:
         ):
             facts.gpus, facts.claims = cached.gpus, cached.claims
             facts._container_gpus, facts._quantities = cached._container_gpus, cached._quantities
+            facts._accelerated = cached._accelerated
         else:
             admission = self.admission
             facts.claims = [
@@ -191,9 +198,14 @@ class Subject:
         the runtime converts each variable on first use and keeps it, so the object is
         converted once per request (and per state of the working copy), not once per rule.
         """
-        self.budget.check(target, self.working)
+        budget = self.budget
+        # the check itself only once the size has passed and until the wall-clock deadline (a call saved per expression)
+        if not budget.clear or (budget.deadline is not None and time.perf_counter() > budget.deadline):
+            budget.check(target, self.working)
         if self._namespace_version is not None and expression.references <= NAMESPACE_VARIABLES:
             return self._namespace_result(rule, target, expression, self._namespace_version)
+        if expression.params_bound and id(expression) in self.projection.covered:
+            return evaluate_expression(expression, self._shared_activation(target))  # the common case
         return self._evaluate(rule, target, expression)
 
     def _namespace_result(
@@ -226,12 +238,17 @@ class Subject:
         if not expression.params_bound:
             activation = self._activation(target, rule.params, rule.references, self.projection.trees)
             return evaluate_expression(expression, activation)
-        version = self.version()
+        return evaluate_expression(expression, self._shared_activation(target))
+
+    def _shared_activation(self, target: Target) -> Any:
+        """The activation every params-bound expression of the target shares, per state of the working copy."""
+        patcher = self.patcher
+        version = len(patcher.operations) if patcher is not None else 0  # self.version(), inline
         cached = self._activations.get(target.root)
         if cached is None or cached[0] != version:
             cached = (version, self._activation(target, None, self.projection.references, self.projection.trees))
             self._activations[target.root] = cached
-        return evaluate_expression(expression, cached[1])
+        return cached[1]
 
     def _activation(self, target: Target, params: Any, references: frozenset[str], trees: Mapping[str, Tree]) -> Any:
         # only what the expressions read: the runtime converts each variable deeply (projection.py)
@@ -328,6 +345,16 @@ class TargetFacts:
     claims: list[PodClaims] = field(default_factory=list)  # per pod spec, in pod_specs order
     _container_gpus: dict[str, int] | None = None
     _quantities: dict[str, float] | None = None
+    _accelerated: bool | None = None
+
+    def accelerated(self) -> bool:
+        """Whether the target asks for accelerators, as `gpu:` matching counts them (once per facts, not per rule).
+
+        An unresolved DRA claim counts as an accelerator (resources.py explains why).
+        """
+        if self._accelerated is None:
+            self._accelerated = self.gpus > 0 or any(claims.unresolved for claims in self.claims)
+        return self._accelerated
 
     def container_gpus(self, accelerators: Accelerators) -> dict[str, int]:
         """Container name -> accelerators (extended resources and DRA claims it names).

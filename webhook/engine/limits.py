@@ -17,14 +17,18 @@ from .model import Limits, RuleError, Target
 class Budget:
     """One evaluation's limits: the time it started, and the object's largest collection (measured once)."""
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, json_commas: int | None = None) -> None:
         self.limits = limits
         budget = limits.time_budget
         # Wall clock first (cheap, vDSO): CPU time cannot exceed it, so the thread's CPU clock (a
         # system call) is read only once the wall-clock deadline has passed.
         self.deadline = None if budget is None else time.perf_counter() + budget
         self.cpu_start = time.thread_time() if budget is not None else 0.0
-        self._largest: int | None = None  # the largest collection in the object, measured once
+        # the largest collection in the object, measured once; none can exceed the limit when the
+        # text it was parsed from had fewer commas (AdmissionInput.json_commas)
+        self._largest: int | None = 0 if json_commas is not None and json_commas < limits.max_collection else None
+        # True once the object's size has passed: until the wall-clock deadline, check() has nothing to do
+        self.clear = False
 
     def check(self, target: Target, document: Any) -> None:
         """Before each expression: the request's CPU time budget and the target's size; a RuleError past either."""
@@ -42,7 +46,9 @@ class Budget:
             # once, on the object as sent: mutations only add a few small items
             self._largest = largest_collection(document, self.limits.max_collection)
         largest = self._largest
-        if largest > self.limits.max_collection:
+        if largest <= self.limits.max_collection:
+            self.clear = True
+        else:
             raise RuleError(
                 f"{target.description}: the object is too large to evaluate: a list or map of {largest} items "
                 f"(limit {self.limits.max_collection})"

@@ -40,12 +40,9 @@ def mismatch(subject: Subject, rule: Rule, target: Target) -> str | None:
             return "namespaceSelector does not match"
     if match.object_selector is not None and not _object_selected(subject, rule, target):
         return "objectSelector does not match"
-    if match.gpu is not None:
-        facts = subject.facts(target)
+    if match.gpu is not None and subject.facts(target).accelerated() != match.gpu:
         # an unresolved DRA claim counts as an accelerator (resources.py explains why)
-        has_gpus = facts.gpus > 0 or any(c.unresolved for c in facts.claims)
-        if has_gpus != match.gpu:
-            return "requests no accelerators (gpu: true)" if match.gpu else "requests accelerators (gpu: false)"
+        return "requests no accelerators (gpu: true)" if match.gpu else "requests accelerators (gpu: false)"
     if match.condition is not None and subject.eval(rule, target, match.condition) is not True:
         return "condition is false"
     return None

@@ -186,6 +186,10 @@ class AdmissionInput:
     # (resource.k8s.io/v1), to resolve a pod's spec.resourceClaims (resources.Accelerators.pod_claims).
     resource_claims: Mapping[str, Mapping[str, Any]] | None = None
     resource_claim_templates: Mapping[str, Mapping[str, Any]] | None = None
+    # Commas in the JSON text the objects were parsed from (the server: the request body), when
+    # known: every collection in them has at most this many items plus one, so the collection
+    # limit needs no second look at an object whose text had fewer commas than the limit.
+    json_commas: int | None = None
 
     @classmethod
     def offline(
