@@ -16,8 +16,6 @@ from dataclasses import replace
 from typing import Any
 
 from .facts import Projection, Subject, object_accelerators, projection_for, rule_expressions
-from .facts import TargetFacts as _TargetFacts  # noqa: F401  (the old names, which tests use)
-from .facts import pod_containers as _containers  # noqa: F401
 from .limits import Budget
 from .matching import REFUSED_FOR_CONTEXT, mismatch
 from .model import (

@@ -19,6 +19,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from . import celsyntax
+
 ROOTS = ("object", "oldObject", "namespaceObject", "request", "podSpec")
 WHOLE = None  # a node of a projection tree that keeps the value as it is
 Tree = dict[str, Any] | None  # name -> child tree; WHOLE keeps everything
@@ -26,10 +28,6 @@ Tree = dict[str, Any] | None  # name -> child tree; WHOLE keeps everything
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 _ACCESS = re.compile(rf"\b({'|'.join(ROOTS)})\b((?:\s*\.\??\s*{_IDENT})*)")
 _NAME = re.compile(_IDENT)
-# string literals (raw, bytes, triple-quoted) and // comments: their text reads nothing
-_LITERAL = re.compile(
-    r"""[rRbB]{0,2}(?:'{3}.*?'{3}|"{3}.*?"{3}|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*")|//[^\n]*""", re.DOTALL
-)
 # tokens that bind looser than == and != (or open a new operand), around a null test
 _BEFORE_NULL_TEST = re.compile(r"(?:^|[([,?:]|&&|\|\|)\s*$")
 _AFTER_NULL_TEST = re.compile(r"^\s*(?:$|[)\],?:]|&&|\|\|)")
@@ -37,7 +35,7 @@ _AFTER_NULL_TEST = re.compile(r"^\s*(?:$|[)\],?:]|&&|\|\|)")
 
 def read_paths(source: str) -> dict[str, frozenset[tuple[str, ...]]]:
     """Root variable -> the field paths `source` may read under it; () stands for the whole value."""
-    blank = _LITERAL.sub(lambda m: "''" if not m.group().startswith("//") else "", source)
+    blank = celsyntax.blank(source)  # string literals and comments read nothing
     found: dict[str, set[tuple[str, ...]]] = {}
     for match in _ACCESS.finditer(blank):
         before = blank[: match.start()]
