@@ -5,7 +5,8 @@
 
 For each rule set and size, generated manifests (bench/audit_data.py) are audited by
 `gpu-webhook audit DIR --rules R -o FORMAT` in a child process, exactly as a user runs it. The
-child's own CPU time and peak RSS come from os.wait4 (that child alone, whatever else ran), so
+child's own CPU time and peak RSS come from os.wait4 in bench/audit_launch.py (that child alone,
+whatever else ran, and not the RSS of the benchmark that started it), so
 "objects per CPU-second" is comparable with `/usr/bin/time` figures of other tools on the same
 files. With the two bench rules the report's per-rule counts are checked against the
 generator's ground truth: a fast wrong answer fails the run. Extra arguments after `--` go to
@@ -36,12 +37,14 @@ from typing import Any
 from bench import audit_data
 
 ROOT = Path(__file__).resolve().parents[1]
+LAUNCHER = ROOT / "bench" / "audit_launch.py"
 RULES = {"two": ROOT / "bench" / "rules-two", "pack": ROOT / "rules"}
 TAIL = 1 << 20  # bytes of the report kept: the summary is written last
 
 
 def run_audit(inputs: list[str], rules: Path, output: str, extra: list[str], source: str | None) -> dict[str, object]:
     command = [sys.executable, "-m", "webhook.cli", "audit", *inputs, "--rules", str(rules), "-o", output, *extra]
+    command = [sys.executable, str(LAUNCHER), *command]  # CPU and peak RSS of the audit alone
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     if source:
         env["PYTHONPATH"] = source  # ahead of the editable install: that tree's `webhook` runs
@@ -52,17 +55,17 @@ def run_audit(inputs: list[str], rules: Path, output: str, extra: list[str], sou
     tail = b""
     while chunk := child.stdout.read(1 << 16):
         tail = (tail + chunk)[-TAIL:]
-    _, status, usage = os.wait4(child.pid, 0)
+    child.wait()
     elapsed = time.perf_counter() - started
-    child.returncode = os.waitstatus_to_exitcode(status)
     stderr = child.stderr.read().decode() if child.stderr else ""
     if child.returncode not in (0, 1):
         raise SystemExit(f"audit failed ({child.returncode}): {stderr[-2000:]}")
+    usage = json.loads(stderr.rstrip().rpartition("\n")[2])
     return {
         "tail": tail,
         "seconds": elapsed,
-        "cpu_seconds": usage.ru_utime + usage.ru_stime,
-        "peak_rss_mib": usage.ru_maxrss / 1024,  # KiB on Linux
+        "cpu_seconds": usage["cpu_seconds"],
+        "peak_rss_mib": usage["peak_rss_mib"],
     }
 
 
