@@ -20,7 +20,7 @@ from webhook.engine.model import DEFAULT_LIMITS, SEVERITY, Limits
 from webhook.engine.resources import Accelerators
 from webhook.engine.workloads import get_path, object_target
 
-from .context import NamespaceContext, plain_yaml
+from .context import NamespaceContext, plain_yaml_lines
 from .sources import Item
 
 # what a report counts, worst first (Result's own order); `skip` only counts rules that were
@@ -108,8 +108,8 @@ class ObjectResult:
             return self.rendered_diff
         if self.mutated is None:
             return ""
-        before = plain_yaml(self.original).splitlines(keepends=True)
-        after = plain_yaml(self.mutated).splitlines(keepends=True)
+        before = plain_yaml_lines(self.original)
+        after = plain_yaml_lines(self.mutated)
         return "".join(difflib.unified_diff(before, after, "submitted", "after mutation", n=2))
 
 
