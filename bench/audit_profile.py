@@ -64,11 +64,16 @@ def fold(raw: str) -> dict[str, float]:
     return {name: counts[name] / total for name, _ in [*PARTS, (OTHER, ())] if counts[name]} if total else {}
 
 
+def _py_spy() -> str:
+    beside = Path(sys.executable).with_name("py-spy")  # the venv's, when it is not on PATH
+    return str(beside) if beside.exists() else "py-spy"
+
+
 def record(size: int, rules: str, extra: list[str], out: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="audit-profile-") as tmp:
         audit_data.pods(Path(tmp), size)
         command = [sys.executable, "-m", "webhook.cli", "audit", tmp, "--rules", str(RULES[rules]), "-o", "json"]
-        spy = ["py-spy", "record", "-r", "200", "-f", "raw", "-o", str(out), "--", *command, *extra]
+        spy = [_py_spy(), "record", "-r", "200", "-f", "raw", "-o", str(out), "--", *command, *extra]
         subprocess.run(spy, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, timeout=3600)
 
 

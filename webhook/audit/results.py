@@ -191,7 +191,10 @@ class Tally:
         self.patched_objects += bool(result.patch)
         self.skipped_objects += result.incomplete
         namespace = result.ref.namespace or "(cluster)"
-        self.namespaces.setdefault(namespace, Counter())[worst] += 1
+        counts = self.namespaces.get(namespace)
+        if counts is None:  # not setdefault(namespace, Counter()): that builds a Counter per object
+            counts = self.namespaces[namespace] = Counter()
+        counts[worst] += 1
         if worst not in (Result.PASS, Result.SKIP):
             self.gpus_affected += result.gpus
             self.namespace_gpus_affected[namespace] += result.gpus
