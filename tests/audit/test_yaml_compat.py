@@ -280,3 +280,22 @@ def test_bench_pods_take_the_rapid_path(tmp_path):
     assert repr(taken) == repr(_reference(path.read_text()))
     origins = [item.origin for item in read_manifests([str(path)])]
     assert origins[:2] == [f"{path}#0", f"{path}#1"] and len(origins) == 300
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS"))
+
+
+@pytest.mark.skipif(not rapid.available() or not __import__("os").path.exists("/proc/self/status"), reason="Linux")
+def test_rapidyaml_memory_stays_flat(tmp_path):
+    # rapidyaml's emit_json_malloc leaked its output (~600 KiB per 1,000 pods: 98 MiB at 100k)
+    from bench.audit_data import pods
+
+    pods(tmp_path, 300)
+    data = next(tmp_path.iterdir()).read_bytes()
+    assert rapid.documents(data) is not None
+    before = _rss_kib()
+    for _ in range(150):  # 45,000 pods: the leak was ~27 MiB
+        rapid.documents(data)
+    assert _rss_kib() - before < 8 * 1024

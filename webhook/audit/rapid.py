@@ -58,9 +58,12 @@ _INDICATOR = re.compile(rb"(?:^|(?<=[\s\[{,:]))[!&*?]", re.MULTILINE)
 # match is then checked exactly with fastyaml.go_plain, as matches are rare)
 _WORDS = "y|Y|yes|Yes|YES|true|True|TRUE|on|On|ON|n|N|no|No|NO|false|False|FALSE|off|Off|OFF|~|null|Null|NULL"
 _RISKY = re.compile(
-    r'"(?=[-+.0-9yYnNtTfFoO~])((?:' + _WORDS + r')|[-+]?\.?[0-9][0-9a-zA-Z_.+-]*|[-+]?\.[a-zA-Z]+)"(\s*:)?'
+    rb'"(?=[-+.0-9yYnNtTfFoO~])((?:' + _WORDS.encode() + rb')|[-+]?\.?[0-9][0-9a-zA-Z_.+-]*|[-+]?\.[a-zA-Z]+)"(\s*:)?'
 )
 _JSON_LITERAL = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|true|false|null")
+# rapidyaml's emit_json_malloc never frees its buffer (600 KiB lost per 1,000 pods): documents are
+# written into this one, grown as needed, and copied out
+_out = bytearray(1 << 16)
 _NONE = getattr(ryml, "NONE", None)
 
 
@@ -114,6 +117,15 @@ def _parse(data: bytes) -> Any:
         os.close(null)
 
 
+def _emit_json(tree: Any, node: int) -> bytes:
+    global _out
+    failed, size = ryml.emit_json_to_substr(tree, node, _out)
+    if failed:
+        _out = bytearray(max(size, 2 * len(_out)))
+        failed, size = ryml.emit_json_to_substr(tree, node, _out)
+    return bytes(memoryview(_out)[:size])
+
+
 def _document_nodes(tree: Any) -> Iterator[int]:
     root = tree.root_id()
     if not tree.is_stream(root):
@@ -129,9 +141,9 @@ def _document_nodes(tree: Any) -> Iterator[int]:
 def _value(tree: Any, node: int) -> Any:
     if not tree.has_children(node) and not tree.is_container(node) and tree.val_is_null(node):
         return None  # an empty document (`---` at the end)
-    text = ryml.emit_json_malloc(tree, node)
+    text = _emit_json(tree, node)
     for match in _RISKY.finditer(text):
-        content, key = match.group(1), match.group(2)
+        content, key = match.group(1).decode(), match.group(2)
         value = go_plain(content)
         if value.__class__ is str:
             continue  # a string whether it was plain or quoted
@@ -150,6 +162,6 @@ def _value(tree: Any, node: int) -> Any:
     # count keys, each a string followed by `": ` (rapidyaml) or `":` (orjson), whose quote is no
     # escaped `\"` inside a string (the file has no backslashes, so no `\\` comes before one)
     dumped = orjson.dumps(value)
-    if text.count('": ') - text.count('\\": ') != dumped.count(b'":') - dumped.count(b'\\":'):
+    if text.count(b'": ') - text.count(b'\\": ') != dumped.count(b'":') - dumped.count(b'\\":'):
         return _REFUSED
     return value
