@@ -1,7 +1,7 @@
 """Audit throughput and memory through the real command: objects per CPU-second, wall time, peak RSS.
 
     python -m bench.audit_bench [--sizes 10000 100000] [--rules two pack] [--jobs 1 2] [--cluster [--cluster-rules two]]
-        [--no-diff] [--baseline SRC] [--output json] [-- AUDIT-ARGS]
+        [--no-diff] [--baseline SRC] [--big 1000000] [--output json] [-- AUDIT-ARGS]
 
 For each rule set and size, generated manifests (bench/audit_data.py) are audited by
 `gpu-webhook audit DIR --rules R -o FORMAT` in a child process, exactly as a user runs it. The
@@ -19,6 +19,8 @@ through `audit --cluster` against the stand-in API server (tests/audit/apistub.p
 process; the child's CPU is the client's alone). `--baseline SRC` adds rows for another
 source tree of the `webhook` package (e.g. `git archive <commit> webhook | tar -x -C SRC`),
 run with this interpreter, so that before/after ratios come from one run on one machine.
+`--big 1000000` runs that size first, with the two rules and this code only (memory must stay
+flat: the peak RSS column shows it).
 Children run without PYTHONDONTWRITEBYTECODE, as an installed package (with bytecode) runs.
 """
 
@@ -117,6 +119,14 @@ def main() -> None:
     parser.add_argument("--cluster", action="store_true", help="add rows read through audit --cluster")
     parser.add_argument("--cluster-rules", nargs="+", choices=sorted(RULES), help="rule sets for --cluster rows")
     parser.add_argument("--baseline", metavar="SRC", help="also run the webhook package found in SRC")
+    parser.add_argument(
+        "--big",
+        type=int,
+        nargs="*",
+        default=[],
+        metavar="N",
+        help="also these sizes, `two` rules and this code only (each --jobs value): e.g. 1000000",
+    )
     parser.add_argument("--output", default="json", help="report format (json is checked against ground truth)")
     parser.add_argument("audit_args", nargs="*", help="after --: extra arguments for `gpu-webhook audit`")
     args = parser.parse_args()
@@ -150,6 +160,14 @@ def main() -> None:
 
     codes = [("new", None)] + ([("baseline", args.baseline)] if args.baseline else [])
     with tempfile.TemporaryDirectory(prefix="audit-bench-") as tmp:
+        for size in args.big:
+            directory = Path(tmp) / f"pods-{size}"
+            truth = audit_data.pods(directory, size)
+            megabytes = sum(f.stat().st_size for f in directory.iterdir()) / 2**20
+            for jobs in args.jobs:
+                measure("new", "two", size, megabytes, [str(directory)], ["--jobs", str(jobs)], truth, None)
+            for path in directory.iterdir():
+                path.unlink()
         for size in args.sizes:
             directory = Path(tmp) / f"pods-{size}"
             truth = audit_data.pods(directory, size)
