@@ -21,29 +21,47 @@ from pathlib import Path
 from bench import audit_data
 from bench.audit_bench import RULES
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _at(path: str, text: str) -> str:
+    """The frame mark `file:line)` of the first line of webhook/audit/PATH that contains `text`."""
+    lines = (ROOT / "webhook" / "audit" / path).read_text().splitlines()
+    number = next((i for i, line in enumerate(lines, 1) if text in line), 0)
+    return f"{path}:{number})"
+
+
 # (part, marks): a frame containing a mark puts the sample in the part; the innermost match wins
 PARTS: list[tuple[str, tuple[str, ...]]] = [
     ("startup: imports", ("_find_and_load", "<frozen importlib._bootstrap")),
     ("startup: rules and parser", ("load_ruleset (", "build_parser (")),
-    ("YAML scan/parse/compose (libyaml)", ("check_node (", "get_node (", "compose_", "_compose")),
-    ("YAML -> Python objects", ("fastyaml.py",)),
-    ("YAML reference loader", ("yaml/constructor.py", "sources.py:4", "sources.py:5", "sources.py:6")),
-    ("diff: YAML dump", ("plain_yaml (", "yaml/emitter.py", "yaml/serializer.py", "_node (")),
+    ("YAML: syntax check (libyaml events, C)", (_at("rapid.py", ".raw_parse()"),)),
+    ("YAML: rapidyaml parse and JSON emit (C++)", ("_parse (webhook/audit/rapid.py", "_emit_json (")),
+    ("YAML: orjson and the checks of rapid.py", ("webhook/audit/rapid.py",)),
+    ("YAML: libyaml path (compose)", ("check_node (", "get_node (", "compose_", "_compose")),
+    ("YAML: fastyaml (libyaml path; go_plain for rapid.py's checks)", ("fastyaml.py",)),
+    ("YAML: reference loader", ("yaml/constructor.py", "Loader.construct_mapping (")),
+    ("diff: YAML dump", ("plain_yaml", "blockyaml.py", "pyyaml_dump (", "yaml/emitter.py", "_node (")),
     ("diff: difflib", ("difflib.py",)),
     ("JSON report", ("webhook/audit/formats/",)),
     ("engine: CEL", ("webhook/engine/cel.py", "celhelpers.py")),
     ("engine: GPU count", ("webhook/engine/resources.py",)),
     ("engine: Decision.outcomes()", ("outcomes (",)),
     ("engine: other", ("webhook/engine/",)),
-    ("admission input (context.py)", ("webhook/audit/context.py",)),
+    ("admission input (NamespaceContext)", ("NamespaceContext.admission (", "NamespaceContext.take (")),
     ("tally", ("Tally.add (",)),
     ("audit: results", ("webhook/audit/results.py",)),
     ("reading files (sources.py)", ("webhook/audit/sources.py",)),
 ]
 OTHER = "other (interpreter, GC, audit command)"
+# parts named by an outer frame, whatever runs inside it
+OUTER: list[tuple[str, str]] = [("audit: second GPU count (requested_accelerators)", "requested_accelerators (")]
 
 
 def part_of(stack: str) -> str:
+    for name, mark in OUTER:
+        if mark in stack:
+            return name
     frames = stack.split(";")
     for frame in reversed(frames):  # innermost first
         for name, marks in PARTS:
@@ -61,7 +79,8 @@ def fold(raw: str) -> dict[str, float]:
             continue
         total += int(number)
         counts[part_of(stack)] += int(number)
-    return {name: counts[name] / total for name, _ in [*PARTS, (OTHER, ())] if counts[name]} if total else {}
+    names = [name for name, _ in OUTER] + [name for name, _ in PARTS] + [OTHER]
+    return {name: counts[name] / total for name in names if counts[name]} if total else {}
 
 
 def _py_spy() -> str:
