@@ -136,9 +136,7 @@ def run(args: argparse.Namespace) -> int:
                 if files is not None:
                     from webhook.audit.parallel import audit_files
 
-                    for kind, value in audit_files(
-                        files, args.jobs, ruleset, namespaces, args.namespace, diffs=diffs
-                    ):
+                    for kind, value in audit_files(files, args.jobs, ruleset, namespaces, args.namespace, diffs=diffs):
                         if kind == "result":
                             tally.add(value)
                             report.add(value)
