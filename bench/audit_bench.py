@@ -1,11 +1,12 @@
 """Audit throughput and memory through the real command: objects per CPU-second, wall time, peak RSS.
 
     python -m bench.audit_bench [--sizes 10000 100000] [--rules two pack] [--jobs 1 2] [--cluster [--cluster-rules two]]
-        [--no-diff] [--baseline SRC] [--output json] [-- AUDIT-ARGS]
+        [--no-diff] [--baseline SRC] [--big 1000000] [--output json] [-- AUDIT-ARGS]
 
 For each rule set and size, generated manifests (bench/audit_data.py) are audited by
 `gpu-webhook audit DIR --rules R -o FORMAT` in a child process, exactly as a user runs it. The
-child's own CPU time and peak RSS come from os.wait4 (that child alone, whatever else ran), so
+child's own CPU time and peak RSS come from os.wait4 in bench/audit_launch.py (that child alone,
+whatever else ran, and not the RSS of the benchmark that started it), so
 "objects per CPU-second" is comparable with `/usr/bin/time` figures of other tools on the same
 files. With the two bench rules the report's per-rule counts are checked against the
 generator's ground truth: a fast wrong answer fails the run. Extra arguments after `--` go to
@@ -18,6 +19,8 @@ through `audit --cluster` against the stand-in API server (tests/audit/apistub.p
 process; the child's CPU is the client's alone). `--baseline SRC` adds rows for another
 source tree of the `webhook` package (e.g. `git archive <commit> webhook | tar -x -C SRC`),
 run with this interpreter, so that before/after ratios come from one run on one machine.
+`--big 1000000` runs that size first, with the two rules and this code only (memory must stay
+flat: the peak RSS column shows it).
 Children run without PYTHONDONTWRITEBYTECODE, as an installed package (with bytecode) runs.
 """
 
@@ -36,12 +39,14 @@ from typing import Any
 from bench import audit_data
 
 ROOT = Path(__file__).resolve().parents[1]
+LAUNCHER = ROOT / "bench" / "audit_launch.py"
 RULES = {"two": ROOT / "bench" / "rules-two", "pack": ROOT / "rules"}
 TAIL = 1 << 20  # bytes of the report kept: the summary is written last
 
 
 def run_audit(inputs: list[str], rules: Path, output: str, extra: list[str], source: str | None) -> dict[str, object]:
     command = [sys.executable, "-m", "webhook.cli", "audit", *inputs, "--rules", str(rules), "-o", output, *extra]
+    command = [sys.executable, str(LAUNCHER), *command]  # CPU and peak RSS of the audit alone
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     if source:
         env["PYTHONPATH"] = source  # ahead of the editable install: that tree's `webhook` runs
@@ -52,17 +57,17 @@ def run_audit(inputs: list[str], rules: Path, output: str, extra: list[str], sou
     tail = b""
     while chunk := child.stdout.read(1 << 16):
         tail = (tail + chunk)[-TAIL:]
-    _, status, usage = os.wait4(child.pid, 0)
+    child.wait()
     elapsed = time.perf_counter() - started
-    child.returncode = os.waitstatus_to_exitcode(status)
     stderr = child.stderr.read().decode() if child.stderr else ""
     if child.returncode not in (0, 1):
         raise SystemExit(f"audit failed ({child.returncode}): {stderr[-2000:]}")
+    usage = json.loads(stderr.rstrip().rpartition("\n")[2])
     return {
         "tail": tail,
         "seconds": elapsed,
-        "cpu_seconds": usage.ru_utime + usage.ru_stime,
-        "peak_rss_mib": usage.ru_maxrss / 1024,  # KiB on Linux
+        "cpu_seconds": usage["cpu_seconds"],
+        "peak_rss_mib": usage["peak_rss_mib"],
     }
 
 
@@ -114,6 +119,14 @@ def main() -> None:
     parser.add_argument("--cluster", action="store_true", help="add rows read through audit --cluster")
     parser.add_argument("--cluster-rules", nargs="+", choices=sorted(RULES), help="rule sets for --cluster rows")
     parser.add_argument("--baseline", metavar="SRC", help="also run the webhook package found in SRC")
+    parser.add_argument(
+        "--big",
+        type=int,
+        nargs="*",
+        default=[],
+        metavar="N",
+        help="also these sizes, `two` rules and this code only (each --jobs value): e.g. 1000000",
+    )
     parser.add_argument("--output", default="json", help="report format (json is checked against ground truth)")
     parser.add_argument("audit_args", nargs="*", help="after --: extra arguments for `gpu-webhook audit`")
     args = parser.parse_args()
@@ -147,6 +160,14 @@ def main() -> None:
 
     codes = [("new", None)] + ([("baseline", args.baseline)] if args.baseline else [])
     with tempfile.TemporaryDirectory(prefix="audit-bench-") as tmp:
+        for size in args.big:
+            directory = Path(tmp) / f"pods-{size}"
+            truth = audit_data.pods(directory, size)
+            megabytes = sum(f.stat().st_size for f in directory.iterdir()) / 2**20
+            for jobs in args.jobs:
+                measure("new", "two", size, megabytes, [str(directory)], ["--jobs", str(jobs)], truth, None)
+            for path in directory.iterdir():
+                path.unlink()
         for size in args.sizes:
             directory = Path(tmp) / f"pods-{size}"
             truth = audit_data.pods(directory, size)

@@ -98,3 +98,23 @@ def test_context_and_progress_bar_on_a_terminal(run, stub, kubeconfig, monkeypat
     assert len(json.loads(out)["objects"]) == 6
     assert "auditing" in terminal.getvalue()  # drawn on stderr only; stdout stays clean JSON
     assert "JobSet: not served by this cluster, skipped" in terminal.getvalue()
+
+
+def test_pages_are_read_as_the_audit_goes_never_gathered(stub, kubeconfig):
+    # memory holds one page: the next page is asked for only when the audit has used this one up
+    from webhook.audit import cluster
+
+    api = cluster.Api(cluster.connect(kubeconfig, None))
+    pods = cluster.Resource("", ("v1",), "pods", "Pod")
+    items = cluster.read_workloads(api, include_owned=True, limit=2, resources=[pods])
+    before = len(stub.requests)
+
+    def pages_asked() -> int:
+        return sum(r.startswith("GET /api/v1/pods") for r in stub.requests[before:])
+
+    assert pages_asked() == 0  # a generator: nothing read before the first object is wanted
+    names = [next(items).object["metadata"]["name"] for _ in range(2)]
+    assert names == ["gpu-0", "gpu-1"] and pages_asked() == 1
+    next(items)
+    assert pages_asked() == 2
+    assert len(list(items)) == 2 and pages_asked() == 3

@@ -29,8 +29,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from webhook.audit import rapid
 from webhook.audit.fastyaml import Documents
-from webhook.audit.sources import Loader
+from webhook.audit.sources import Loader, read_manifests
 
 CORPUS: list[tuple[str, object]] = [
     # booleans: go-yaml v2 resolveMapList (YAML 1.1 words, y/n included)
@@ -84,8 +85,21 @@ CORPUS: list[tuple[str, object]] = [
 ]
 
 
-def _fast(text: str) -> list[object]:
+def _libyaml(text: str) -> list[object]:
     return list(Documents(text, Loader))
+
+
+def _fast(text: str) -> list[object]:
+    """What audit reads: rapidyaml + JSON when rapid.py takes the text, else the libyaml path.
+
+    Whenever rapid.py takes a text, its answer must be the libyaml path's (checked here on every
+    case of this corpus, so each case tests both fast paths against the reference).
+    """
+    taken = rapid.documents(text.encode())
+    slow = _libyaml(text)
+    if taken is not None:
+        assert repr(taken) == repr(slow), (text, taken, slow)
+    return slow
 
 
 def _reference(text: str) -> list[object]:
@@ -184,6 +198,104 @@ def test_fast_and_reference_loaders_agree(document):
         reference = _reference(text)
     except yaml.YAMLError:
         with pytest.raises(yaml.YAMLError):
-            _fast(text)
+            _libyaml(text)
+        assert rapid.documents(text.encode()) is None  # an error is the libyaml path's to word
         return
     assert repr(_fast(text)) == repr(reference)
+
+
+# What rapid.py must leave to the libyaml path (it would read them otherwise than kubectl), and
+# what it must take (else it is no faster). Each taken text is checked against the reference.
+LEFT = [
+    "a: 1\na: 2\n",  # duplicate keys: an error with its mark, never the last value
+    "a: {b: 1, b: 2}\n",
+    "- {a: 'say \"hi\": x', a: 1}\n",  # ... also when a value holds `": `
+    "a: yes\n",  # go-yaml's words and numbers that are no JSON literals
+    "a: 'yes'\n",  # ... quoted too: in JSON a quoted `yes` looks like a plain one
+    "- y\n",
+    "a: 0777\n",
+    "a: 1_000\n",
+    "a: 0x1F\n",
+    "a: +1\n",
+    "a: ~\n",
+    "a: .inf\n",
+    "a: inf\n",  # rapidyaml writes ".inf"
+    "a: 1e400\n",
+    "yes: a\n",  # keys: the JSON key "true"
+    "1.5: a\n",
+    "01: a\n",
+    "null: a\n",
+    "a: &x 1\nb: *x\n",  # anchors, aliases, tags, merge keys, complex keys, directives
+    "a: [*x]\n",
+    "a: !!str 1\n",
+    "a:\n  <<: {b: 1}\n",
+    "? a\n: b\n",
+    "%YAML 1.1\n---\na: 1\n",
+    "a: 1\r\nb: 2\r\n",  # carriage returns, tabs, escapes, NEL, BOM
+    "a:\t1\n",
+    'a: "\\x41"\n',
+    "a: x\u0085y\n",
+    "\ufeffa: 1\n",
+    "a: b: c\n",  # invalid YAML
+    "metadata: {name: x\n",
+]
+TAKEN = [
+    "",
+    "---\n",
+    "---\na: 1\n---\n---\n- x\n...\n",
+    "a: [1, 2, {b: c}]\nd: 'it''s'\n",
+    "a: 'say \"hi\": x'\nb: 'q\": '\n",
+    "a: |\n  line1\n  line2\nb: >-\n  f1\n  f2\n\n  f3\nc: |+\n  x\n\nd: |2\n    x\n",
+    'a: plain\n  continued\nk: "a\n  b"\n',
+    "cpu: '4'\nport: 8080\nreplicas: \"3\"\nratio: 1.5\nbig: 1e3\nneg: -0\nhalf: .5\nok: 'true'\n",
+    "1: a\ntrue: b\n",
+    "date: 2024-01-02\nstamp: 2024-01-02T03:04:05Z\ntime: 1:20\n",
+    "huge: 18446744073709551616\nlow: -9223372036854775809\nmax: 18446744073709551615\n",
+    "s: a*b\nu: http://x?y=1&z\n",
+    "a: caf\u00e9\nb: \u201cq\u201d\n",
+    "x: {}\nw: []\nz: ''\ne:\n",
+    "a: 1 # comment\nb: 'x' # c\n# end\n",
+]
+
+
+@pytest.mark.parametrize("text", LEFT)
+def test_rapidyaml_leaves_what_it_would_read_otherwise(text):
+    assert rapid.documents(text.encode()) is None
+
+
+@pytest.mark.parametrize("text", TAKEN)
+def test_rapidyaml_takes_ordinary_manifests_with_the_same_answer(text):
+    taken = rapid.documents(text.encode())
+    assert taken is not None
+    assert repr(taken) == repr(_reference(text))
+
+
+def test_bench_pods_take_the_rapid_path(tmp_path):
+    from bench.audit_data import mix
+
+    mix(tmp_path, 300)  # pods, Jobs, Deployments, PyTorchJobs: flow mappings, quoted numbers
+    (path,) = tmp_path.iterdir()
+    taken = rapid.documents(path.read_bytes())
+    assert taken is not None and len([d for d in taken if d]) == 300
+    assert repr(taken) == repr(_reference(path.read_text()))
+    origins = [item.origin for item in read_manifests([str(path)])]
+    assert origins[:2] == [f"{path}#0", f"{path}#1"] and len(origins) == 300
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS"))
+
+
+@pytest.mark.skipif(not rapid.available() or not __import__("os").path.exists("/proc/self/status"), reason="Linux")
+def test_rapidyaml_memory_stays_flat(tmp_path):
+    # rapidyaml's emit_json_malloc leaked its output (~600 KiB per 1,000 pods: 98 MiB at 100k)
+    from bench.audit_data import pods
+
+    pods(tmp_path, 300)
+    data = next(tmp_path.iterdir()).read_bytes()
+    assert rapid.documents(data) is not None
+    before = _rss_kib()
+    for _ in range(150):  # 45,000 pods: the leak was ~27 MiB
+        rapid.documents(data)
+    assert _rss_kib() - before < 8 * 1024

@@ -18,6 +18,8 @@ import yaml
 
 from webhook.engine import AdmissionInput
 
+from .blockyaml import Writer
+
 DEFAULT_NAMESPACE = "default"  # what kubectl uses when neither -n nor the kubeconfig context names one
 
 # Built-in kinds that live outside namespaces; everything else (all workload kinds) is namespaced.
@@ -169,6 +171,18 @@ def _node(value: Any, dumper: Any) -> Any:
 
 def plain_yaml(value: Any, width: int = 80) -> str:
     """yaml.dump(value, sort_keys=False, default_flow_style=False) without aliases, the same bytes, faster."""
+    lines = BLOCK_WRITER.lines(value, width)
+    return "".join(lines) if lines is not None else pyyaml_dump(value, width)
+
+
+def plain_yaml_lines(value: Any, width: int = 80) -> list[str]:
+    """plain_yaml(value, width).splitlines(keepends=True), without joining and splitting them (diffs)."""
+    lines = BLOCK_WRITER.lines(value, width)
+    return lines if lines is not None else pyyaml_dump(value, width).splitlines(keepends=True)
+
+
+def pyyaml_dump(value: Any, width: int) -> str:
+    """plain_yaml through PyYAML's dumper alone (what BLOCK_WRITER copies, and falls back to)."""
     stream = io.StringIO()
     dumper = _PlainDumper(stream, sort_keys=False, default_flow_style=False, width=width)
     try:
@@ -178,3 +192,6 @@ def plain_yaml(value: Any, width: int = 80) -> str:
     finally:
         dumper.dispose()
     return stream.getvalue()
+
+
+BLOCK_WRITER = Writer(pyyaml_dump)  # manifest-like values line by line; PyYAML for anything it is unsure of

@@ -18,7 +18,7 @@ from typing import Any
 from webhook.engine import Mode, Phase, Result, RuleOutcome, RuleSet, evaluate
 from webhook.engine.model import DEFAULT_LIMITS, SEVERITY, Limits
 
-from .context import NamespaceContext, plain_yaml
+from .context import NamespaceContext, plain_yaml_lines
 from .sources import Item
 
 # what a report counts, worst first (Result's own order); `skip` only counts rules that were
@@ -106,8 +106,8 @@ class ObjectResult:
             return self.rendered_diff
         if self.mutated is None:
             return ""
-        before = plain_yaml(self.original).splitlines(keepends=True)
-        after = plain_yaml(self.mutated).splitlines(keepends=True)
+        before = plain_yaml_lines(self.original)
+        after = plain_yaml_lines(self.mutated)
         return "".join(difflib.unified_diff(before, after, "submitted", "after mutation", n=2))
 
 
@@ -177,7 +177,10 @@ class Tally:
         self.patched_objects += bool(result.patch)
         self.skipped_objects += result.incomplete
         namespace = result.ref.namespace or "(cluster)"
-        self.namespaces.setdefault(namespace, Counter())[worst] += 1
+        counts = self.namespaces.get(namespace)
+        if counts is None:  # not setdefault(namespace, Counter()): that builds a Counter per object
+            counts = self.namespaces[namespace] = Counter()
+        counts[worst] += 1
         if worst not in (Result.PASS, Result.SKIP):
             self.gpus_affected += result.gpus
             self.namespace_gpus_affected[namespace] += result.gpus

@@ -111,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(str(error)) from None
 
     report = make_report(output, sys.stdout, actions, details=not args.summary, fail_on=args.fail_on)
+    # only the formats that print diffs have them rendered (--jobs workers render before sending)
+    diffs = args.diff and (output in ("json", "yaml") or (output == "table" and not args.summary))
     tally = Tally()
     problems: list[str] = []
 
@@ -134,9 +136,7 @@ def run(args: argparse.Namespace) -> int:
                 if files is not None:
                     from webhook.audit.parallel import audit_files
 
-                    for kind, value in audit_files(
-                        files, args.jobs, ruleset, namespaces, args.namespace, diffs=args.diff
-                    ):
+                    for kind, value in audit_files(files, args.jobs, ruleset, namespaces, args.namespace, diffs=diffs):
                         if kind == "result":
                             tally.add(value)
                             report.add(value)
@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
                         else:
                             (problem if kind == "problem" else warn)(value)
                     items = iter(())
-            for result in audit(ruleset, items, context, diffs=args.diff):
+            for result in audit(ruleset, items, context, diffs=diffs):
                 tally.add(result)
                 report.add(result)
                 progress.advance()

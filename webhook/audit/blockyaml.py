@@ -1,0 +1,129 @@
+"""The block YAML that context.plain_yaml writes, built line by line in Python for manifest-like values.
+
+A diff renders the object twice (submitted and mutated): with PyYAML's dumper that was ~180 µs per
+pod, more than the engine spent on it. Manifests are mappings and lists of short scalars, whose
+block layout is simple (PyYAML's defaults: indent 2, sequences inside mappings not indented,
+`{}`/`[]` for empty collections). The text of each scalar is still PyYAML's: the first time a
+value (or key) is met, the dumper writes it alone on one line, and that text is kept, so quoting
+(`'yes'`, `'1'`, `"caf\\xE9"`) is the dumper's own. `lines()` returns None, and the caller dumps
+with PyYAML, whenever the layout could differ: a scalar written on several lines, one that PyYAML
+could fold at the line width, a key that is not a simple one-line string, or a document that is
+not a mapping or a list. tests/audit/test_blockyaml.py compares both on generated values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+_CACHE_LIMIT = 1 << 14  # distinct scalars remembered; cleared when full (memory stays flat)
+
+
+class _Unsure(Exception):
+    """The layout of this document is PyYAML's to decide."""
+
+
+class Writer:
+    """Lines of `dump(value)` for a dumper `dump(value, width) -> str` (context.plain_yaml's PyYAML path)."""
+
+    def __init__(self, dump: Callable[[Any, int], str]) -> None:
+        self.dump = dump
+        self.values: dict[tuple[type, Any], str | None] = {}
+        self.keys: dict[str, str | None] = {}
+
+    def lines(self, value: Any, width: int = 80) -> list[str] | None:
+        kind = value.__class__
+        if kind is not dict and kind is not list:
+            return None
+        if not value:
+            return ["{}\n" if kind is dict else "[]\n"]
+        out: list[str] = []
+        try:
+            if kind is dict:
+                self._mapping(value, 0, "", out, width)
+            else:
+                self._sequence(value, 0, "", out, width)
+        except _Unsure:
+            return None
+        return out
+
+    def _value_text(self, value: Any) -> str:
+        kind = value.__class__
+        key = (kind, repr(value) if kind is float else value)  # 0.0 == -0.0, and NaN != NaN
+        try:
+            text = self.values[key]
+        except KeyError:
+            if len(self.values) >= _CACHE_LIMIT:
+                self.values.clear()
+            written = self.dump({"k": value}, 1 << 20)  # one line, unless the scalar has line breaks
+            text = written[3:-1] if written.startswith("k: ") and written.count("\n") == 1 else None
+            self.values[key] = text
+        except TypeError:  # unhashable: not a scalar
+            raise _Unsure from None
+        if text is None:
+            raise _Unsure
+        return text
+
+    def _key_text(self, key: Any) -> str:
+        if key.__class__ is not str:
+            raise _Unsure
+        text = self.keys.get(key, "")
+        if text == "":
+            if len(self.keys) >= _CACHE_LIMIT:
+                self.keys.clear()
+            written = self.dump({key: None}, 1 << 20)
+            ok = written.endswith(": null\n") and written.count("\n") == 1 and not written.startswith("? ")
+            text = self.keys[key] = written[: -len(": null\n")] if ok else None
+        if text is None:
+            raise _Unsure
+        return text
+
+    def _scalar(self, value: Any, column: int, width: int) -> str:
+        text = self._value_text(value)
+        # PyYAML breaks a plain or single-quoted scalar only at a space, and only past the width;
+        # a double-quoted one anywhere past it: a text that fits, or has nothing to break at, stays
+        if column + len(text) > width and (" " in text or text[:1] == '"'):
+            raise _Unsure
+        return text
+
+    def _mapping(self, mapping: dict[Any, Any], indent: int, first: str, out: list[str], width: int) -> None:
+        pad = " " * indent
+        head = first
+        for key, value in mapping.items():
+            line = f"{head}{self._key_text(key)}:"
+            head = pad
+            kind = value.__class__
+            if kind is dict:
+                if value:
+                    out.append(line + "\n")
+                    self._mapping(value, indent + 2, " " * (indent + 2), out, width)
+                else:
+                    out.append(line + " {}\n")
+            elif kind is list:
+                if value:
+                    out.append(line + "\n")
+                    self._sequence(value, indent, pad, out, width)  # not indented inside a mapping
+                else:
+                    out.append(line + " []\n")
+            else:
+                out.append(f"{line} {self._scalar(value, len(line) + 1, width)}\n")
+
+    def _sequence(self, sequence: list[Any], indent: int, first: str, out: list[str], width: int) -> None:
+        pad = " " * indent
+        head = first
+        for item in sequence:
+            line = head + "- "
+            head = pad
+            kind = item.__class__
+            if kind is dict:
+                if item:
+                    self._mapping(item, indent + 2, line, out, width)
+                else:
+                    out.append(line + "{}\n")
+            elif kind is list:
+                if item:
+                    self._sequence(item, indent + 2, line, out, width)
+                else:
+                    out.append(line + "[]\n")
+            else:
+                out.append(line + self._scalar(item, len(line), width) + "\n")
