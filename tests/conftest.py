@@ -121,6 +121,8 @@ SLOW: dict[str, str] = {
     "tests/export/test_equivalence.py::test_generated_workloads_get_the_same_decisions": "hypothesis, thousands of evaluations",
     "tests/audit/test_yaml_compat.py::test_fast_and_reference_loaders_agree": "hypothesis, 150 generated documents",
     "tests/engine/test_cel_helpers.py::test_evaluating_the_pack_does_not_grow_memory": "a memory soak",
+    "tests/audit/test_yaml_compat.py::test_rapidyaml_memory_stays_flat": "a memory soak (thousands of parses)",
+    "tests/audit/test_blockyaml.py::test_the_same_bytes_as_pyyaml": "hypothesis, generated documents",
     # a live TLS server per test (its own certificates, rules copy, event loop and reload thread)
     "tests/server/test_admission_https.py": "a live server per test",
     "tests/server/test_audit_mode.py": "a live server per test",
@@ -135,6 +137,7 @@ SLOW: dict[str, str] = {
     "tests/export/test_schema.py": "exports the pack once per Kubernetes release",
     "tests/export/test_equivalence.py": "exports the pack and runs it beside the engine",
     "tests/export/test_mixed.py": "exports the pack",
+    "tests/deploy/test_manifests_native.py::test_each_rule_runs_in_exactly_one_place": "exports the pack, twice",
     # like test_equivalence: exports the pack twice, every suite case (x every workload kind, x kubectl
     # debug) beside the engine: 20,000 comparisons, every mutation applied twice, hypothesis
     "tests/export/test_claims.py": "exports the pack and runs it beside the engine",
