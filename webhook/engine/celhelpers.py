@@ -109,11 +109,6 @@ def string_literal_end(text: str, index: int) -> int | None:
 
 def literal_quantity(arg: str) -> str | None:
     """The text of a simple literal argument ('16Gi', "1", 4), or None when it is an expression."""
-    return _literal_quantity(arg)
-
-
-def _literal_quantity(arg: str) -> str | None:
-    """The text of a simple literal argument ('16Gi', "1", 4), or None when it is an expression."""
     arg = arg.strip()
     if re.fullmatch(r"-?\d+", arg):
         return arg
@@ -147,15 +142,25 @@ def _is_accelerator(args: list[str], original: str) -> str:
     return f"({r} in accelerators.exact || accelerators.prefixes.exists(_gwP, {r}.startsWith(_gwP)))"
 
 
+def _literal_value(arg: str) -> float | QuantityError | None:
+    """A literal argument's quantity, or why it is none; None when the argument is an expression."""
+    literal = literal_quantity(arg)
+    if literal is None:
+        return None
+    try:
+        return float(parse_quantity(literal))
+    except QuantityError as error:
+        return error
+
+
 def _quantity(args: list[str], original: str) -> str:
     if len(args) != 1:
         return original
-    literal = _literal_quantity(args[0])
-    if literal is not None:
-        try:
-            return repr(float(parse_quantity(literal)))
-        except QuantityError:
-            return original  # the runtime reports the bad literal when it runs, as before
+    value = _literal_value(args[0])
+    if isinstance(value, QuantityError):
+        return original  # the runtime reports the bad literal when it runs, as before
+    if value is not None:
+        return repr(value)
     q = f"string({args[0]})"
     return f"({q} in quantities ? quantities[{q}] : {QUANTITY_FALLBACK}({q}))"
 
@@ -163,13 +168,9 @@ def _quantity(args: list[str], original: str) -> str:
 def _is_quantity(args: list[str], original: str) -> str:
     if len(args) != 1:
         return original
-    literal = _literal_quantity(args[0])
-    if literal is not None:
-        try:
-            parse_quantity(literal)
-        except QuantityError:
-            return "false"
-        return "true"
+    value = _literal_value(args[0])
+    if value is not None:
+        return "false" if isinstance(value, QuantityError) else "true"
     q = f"({args[0]})"
     return f"({q} in quantities || {IS_QUANTITY_FALLBACK}({q}))"
 
