@@ -85,3 +85,12 @@ def test_kept_answers_equal_fresh_ones(ruleset: Any) -> None:
     versioned = [_decide(ruleset, _namespace(tier, "7")) for tier in ("gold", "gold")]
     fresh = _decide(ruleset, _namespace("gold", None))
     assert versioned[0] == versioned[1] == fresh
+
+
+def test_copies_with_the_same_version_but_other_labels_get_their_own_answers(ruleset: Any) -> None:
+    # Offline, (uid, resourceVersion) names no content: a GPUPolicyTest suite or a manifest file may
+    # copy a Namespace exported with `kubectl get -o yaml` and change its labels, keeping both.
+    assert _decide(ruleset, _namespace("gold", "7"))[1]
+    patch, allowed = _decide(ruleset, _namespace("silver", "7"))
+    assert "silver" in str(patch)
+    assert not allowed

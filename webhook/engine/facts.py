@@ -39,9 +39,9 @@ class Projection:
     # the candidates that mutate / validate in this phase, in file order: the run's two loops
     mutating: tuple[Rule, ...] = ()
     validating: tuple[Rule, ...] = ()
-    # (id of an expression, namespace uid, resourceVersion) -> (the expression, its result), for
+    # (id of an expression, namespace uid, resourceVersion) -> (the expression, the Namespace, its result), for
     # expressions of the namespace alone (Subject._namespace_result); lives as long as the rule set
-    namespace_results: dict[tuple[int, str, str], tuple[CompiledExpression, Any]] = field(
+    namespace_results: dict[tuple[int, str, str], tuple[CompiledExpression, Any, Any]] = field(
         default_factory=dict, compare=False, hash=False
     )
 
@@ -214,19 +214,23 @@ class Subject:
         """An expression of the namespace alone, evaluated once per namespace version (uid, resourceVersion).
 
         The namespace cache holds each Namespace as the watch delivered it, and the apiserver gives
-        every change a new resourceVersion: until then the answer cannot change. Plain values only
+        every change a new resourceVersion: until then the answer cannot change. Offline, the same
+        (uid, resourceVersion) may sit on copies with other labels (a suite or a manifest that
+        copied an exported Namespace), so an answer is reused only for the same content: the very
+        object (the server's case, the watch cache's own dict) or an equal one. Plain values only
         (a list or map could be edited by whoever receives it); errors are never kept.
         """
         results = self.projection.namespace_results
+        namespace = self.admission.namespace_object
         key = (id(expression), *version)
         found = results.get(key)
-        if found is not None and found[0] is expression:
-            return found[1]
+        if found is not None and found[0] is expression and (found[1] is namespace or found[1] == namespace):
+            return found[2]
         result = self._evaluate(rule, target, expression)
         if result is None or type(result) in (bool, int, float, str):
             if len(results) >= NAMESPACE_RESULTS_LIMIT:
                 results.clear()
-            results[key] = (expression, result)  # the expression itself: its id stays its own
+            results[key] = (expression, namespace, result)  # the expression itself: its id stays its own
         return result
 
     def _evaluate(self, rule: Rule, target: Target, expression: CompiledExpression) -> Any:
