@@ -15,11 +15,11 @@ import argparse
 import subprocess
 import sys
 import tempfile
-from collections import Counter
 from pathlib import Path
 
 from bench import audit_data
 from bench.audit_bench import RULES
+from bench.profile import count_samples
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,14 +71,7 @@ def part_of(stack: str) -> str:
 
 
 def fold(raw: str) -> dict[str, float]:
-    counts: Counter[str] = Counter()
-    total = 0
-    for line in raw.splitlines():
-        stack, _, number = line.rpartition(" ")
-        if not stack or not number.isdigit():
-            continue
-        total += int(number)
-        counts[part_of(stack)] += int(number)
+    counts, total = count_samples(raw, part_of)
     names = [name for name, _ in OUTER] + [name for name, _ in PARTS] + [OTHER]
     return {name: counts[name] / total for name in names if counts[name]} if total else {}
 

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,18 +32,26 @@ def available() -> bool:
     return shutil.which("py-spy") is not None
 
 
-def fold(raw: str) -> dict[str, float]:
-    """Shares of samples per part from py-spy's raw (collapsed) output."""
+def count_samples(raw: str, part_of: Callable[[str], str]) -> tuple[Counter[str], int]:
+    """Samples per part (`part_of(stack)` names it) and in all, from py-spy's raw (collapsed) output."""
     counts: Counter[str] = Counter()
     total = 0
     for line in raw.splitlines():
         stack, _, number = line.rpartition(" ")
         if not stack or not number.isdigit():
             continue
-        samples = int(number)
-        total += samples
-        part = next((name for name, marks in PARTS if any(mark in stack for mark in marks)), "event loop and other")
-        counts[part] += samples
+        total += int(number)
+        counts[part_of(stack)] += int(number)
+    return counts, total
+
+
+def _server_part(stack: str) -> str:
+    return next((name for name, marks in PARTS if any(mark in stack for mark in marks)), "event loop and other")
+
+
+def fold(raw: str) -> dict[str, float]:
+    """Shares of samples per part from py-spy's raw (collapsed) output."""
+    counts, total = count_samples(raw, _server_part)
     return {part: counts[part] / total for part, _ in [*PARTS, ("event loop and other", ())]} if total else {}
 
 
