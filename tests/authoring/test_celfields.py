@@ -6,7 +6,7 @@ import pytest
 
 from tests.authoring.conftest import REPO, RULES
 from webhook.authoring.celfields import CelSyntaxError, field_problems, parse, scope_for
-from webhook.authoring.lint import rule_expressions
+from webhook.authoring.lint import document_cel_texts
 from webhook.engine.yamlsource import load_documents, plain_documents
 
 POD_RULE = scope_for(["Pod"], autogen=True)
@@ -19,7 +19,7 @@ def pack_expressions():
             text = "\n---\n".join(b.split("```")[0] for b in text.split("```yaml\n")[1:])
         for document in plain_documents(text):
             if isinstance(document, dict) and document.get("kind") == "GPUPolicy":
-                yield from (text for _, text in rule_expressions(document))
+                yield from (text for _, text in document_cel_texts(document))
 
 
 def test_every_expression_of_the_pack_and_the_docs_parses():

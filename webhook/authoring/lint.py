@@ -115,7 +115,7 @@ def _field_errors(document: Document) -> Iterator[LoadError]:
     match = found if isinstance(found := spec.get("match"), Mapping) else {}
     kinds = listed if isinstance(listed := match.get("kinds"), list) else []
     scope = scope_for([str(k) for k in kinds], spec.get("autogen", True) is not False)
-    for path, text in rule_expressions(data):
+    for path, text in document_cel_texts(data):
         for problem in field_problems(text, scope):
             line, column = document.text_position(path, problem.offset)
             where = SourceLocation(document.file, line, column)
@@ -125,7 +125,7 @@ def _field_errors(document: Document) -> Iterator[LoadError]:
 def _slow_forms(document: Document) -> Iterator[LoadError]:
     """CEL forms that pass every check but leak memory per request or run for seconds on a tenant's
     string: each with the reason and the fast form (SLOW_FORMS)."""
-    for path, text in rule_expressions(document.data):
+    for path, text in document_cel_texts(document.data):
         # literals and comments blanked (same length, so offsets stay right): a form inside one is text
         code = celsyntax.blank(text, fill="_")
         found: list[tuple[int, str]] = []
@@ -163,7 +163,7 @@ def _param_errors(document: Document) -> Iterator[LoadError]:
     if not isinstance(spec, Mapping):
         return
     params = given if isinstance(given := spec.get("params"), Mapping) else {}
-    for path, text in rule_expressions(document.data):
+    for path, text in document_cel_texts(document.data):
         code = celsyntax.blank(text)  # a reference inside a literal or a comment is text, not a read
         for found in _PARAM_REFERENCE.finditer(text):
             name = found.group(1) or found.group(2)
@@ -181,7 +181,7 @@ def _param_errors(document: Document) -> Iterator[LoadError]:
             )
 
 
-def rule_expressions(data: Mapping[str, Any]) -> Iterator[tuple[tuple[Any, ...], str]]:
+def document_cel_texts(data: Mapping[str, Any]) -> Iterator[tuple[tuple[Any, ...], str]]:
     """Every CEL text of a GPUPolicy document, with where it sits (match, validate, each mutation's fields)."""
     for path in _EXPRESSION_PATHS:
         node: Any = data
