@@ -24,9 +24,8 @@ class Budget:
         # system call) is read only once the wall-clock deadline has passed.
         self.deadline = None if budget is None else time.perf_counter() + budget
         self.cpu_start = time.thread_time() if budget is not None else 0.0
-        # the largest collection in the object, measured once; none can exceed the limit when the
-        # text it was parsed from had fewer commas (AdmissionInput.json_commas)
-        self._largest: int | None = 0 if json_commas is not None and json_commas < limits.max_collection else None
+        self.json_commas = json_commas  # of the text the object was parsed from (AdmissionInput.json_commas)
+        self._largest: int | None = None  # the largest collection in the object, measured once
         # True once the object's size has passed: until the wall-clock deadline, check() has nothing to do
         self.clear = False
 
@@ -44,7 +43,7 @@ class Budget:
             )
         if self._largest is None:
             # once, on the object as sent: mutations only add a few small items
-            self._largest = largest_collection(document, self.limits.max_collection)
+            self._largest = largest_collection(document, self.limits.max_collection, self.json_commas)
         largest = self._largest
         if largest <= self.limits.max_collection:
             self.clear = True
@@ -55,14 +54,18 @@ class Budget:
             )
 
 
-def largest_collection(document: Any, limit: int) -> int:
+def largest_collection(document: Any, limit: int, json_commas: int | None = None) -> int:
     """Size of the largest list or map inside document, or 0 when none can exceed limit.
 
     In JSON every item of a collection but its last is followed by a comma, so a document
     with fewer than `limit` commas in all has no collection over the limit: one C-speed
-    count settles nearly every request. Otherwise the tree is walked, with exact type
-    checks (JSON and YAML give plain dicts and lists; ABC checks cost twice as much).
+    count settles nearly every request. `json_commas`, the commas of a JSON text that holds
+    the document (the request body), bounds its own and spares serialising it again.
+    Otherwise the tree is walked, with exact type checks (JSON and YAML give plain dicts
+    and lists; ABC checks cost twice as much).
     """
+    if json_commas is not None and json_commas < limit:
+        return 0
     try:
         if orjson.dumps(document).count(b",") < limit:
             return 0
