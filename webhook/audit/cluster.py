@@ -18,6 +18,7 @@ import orjson
 from kubernetes import client as kube_client
 
 from webhook.engine.workloads import KINDS, WORKLOAD_KINDS
+from webhook.kube import rest
 from webhook.kube.connect import ClusterError, connect  # noqa: F401 - re-exported for the audit command
 
 from .sources import Item
@@ -44,14 +45,8 @@ class Api:
     def request(
         self, method: str, path: str, query: list[tuple[str, Any]] | None = None, body: Any = None
     ) -> tuple[int, Any]:
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = "application/json"
-        serialized = self.client.param_serialize(
-            method, path, query_params=query or [], header_params=headers, body=body, auth_settings=["BearerToken"]
-        )
         try:
-            response = self.client.call_api(*serialized)
+            response = rest.send(self.client, method, path, query, body)
         except Exception as error:  # urllib3 connection errors: name the server, not the stack
             raise ClusterError(f"{method} {path}: {error}") from None
         data = response.read()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kubernetes import client
+from kubernetes.client import ApiClient
 
 from webhook.engine.model import AdmissionInput, priority_class_table
 
@@ -28,13 +28,8 @@ class NamespaceCache(WatchCache):
 
     kind = "namespace"
 
-    def __init__(self, api_client: client.ApiClient, **options: Any) -> None:
-        api = client.CoreV1Api(api_client)
-        super().__init__(
-            api.list_namespace,
-            read_call=lambda name, _: api.read_namespace(name, _preload_content=False, _request_timeout=(2, 5)),
-            **options,
-        )
+    def __init__(self, api_client: ApiClient, **options: Any) -> None:
+        super().__init__(api_client, "/api/v1/namespaces", item="/api/v1/namespaces/{name}", **options)
 
     def fill(self, admission: AdmissionInput) -> None:
         """Namespaces only: no other context to add."""
@@ -49,8 +44,8 @@ class PriorityClassCache(WatchCache):
 
     kind = "priorityclass"
 
-    def __init__(self, api_client: client.ApiClient, **options: Any) -> None:
-        super().__init__(client.SchedulingV1Api(api_client).list_priority_class, **options)
+    def __init__(self, api_client: ApiClient, **options: Any) -> None:
+        super().__init__(api_client, "/apis/scheduling.k8s.io/v1/priorityclasses", **options)
         self._table: dict[str, dict[str, Any]] | None = None
         self._table_of: int = -1
 
@@ -66,33 +61,27 @@ class PriorityClassCache(WatchCache):
         return self._table
 
 
+def _resource_paths(plural: str) -> tuple[str, str]:
+    """resource.k8s.io/v1 (GA in 1.34): the collection across namespaces, and one object."""
+    group = "/apis/resource.k8s.io/v1"
+    return f"{group}/{plural}", f"{group}/namespaces/{{namespace}}/{plural}/{{name}}"
+
+
 class ClaimTemplateCache(WatchCache):
     kind = "resourceclaimtemplate"
 
-    def __init__(self, api_client: client.ApiClient, **options: Any) -> None:
-        api = client.ResourceV1Api(api_client)
-        super().__init__(
-            api.list_resource_claim_template_for_all_namespaces,
-            read_call=lambda name, namespace: api.read_namespaced_resource_claim_template(
-                name, namespace, _preload_content=False, _request_timeout=(2, 5)
-            ),
-            **options,
-        )
+    def __init__(self, api_client: ApiClient, **options: Any) -> None:
+        collection, item = _resource_paths("resourceclaimtemplates")
+        super().__init__(api_client, collection, item=item, **options)
 
 
 class ClaimCache(WatchCache):
     kind = "resourceclaim"
     keep_status = False  # one claim per DRA pod: keep the spec, not the allocation
 
-    def __init__(self, api_client: client.ApiClient, **options: Any) -> None:
-        api = client.ResourceV1Api(api_client)
-        super().__init__(
-            api.list_resource_claim_for_all_namespaces,
-            read_call=lambda name, namespace: api.read_namespaced_resource_claim(
-                name, namespace, _preload_content=False, _request_timeout=(2, 5)
-            ),
-            **options,
-        )
+    def __init__(self, api_client: ApiClient, **options: Any) -> None:
+        collection, item = _resource_paths("resourceclaims")
+        super().__init__(api_client, collection, item=item, **options)
 
 
 class ClusterContext:
@@ -103,7 +92,7 @@ class ClusterContext:
     sees None (unknown) for what is missing.
     """
 
-    def __init__(self, api_client: client.ApiClient, *, dra: bool = True, **options: Any) -> None:
+    def __init__(self, api_client: ApiClient, *, dra: bool = True, **options: Any) -> None:
         self.namespaces = NamespaceCache(api_client, **options)
         self.priority_classes = PriorityClassCache(api_client, **options)
         self.claims = ClaimCache(api_client, **options) if dra else None

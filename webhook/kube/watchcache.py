@@ -35,10 +35,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import quote
 
 import orjson
+from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
+
+from . import rest
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +54,8 @@ class _Gone(Exception):
 class WatchCache:
     """Objects of one resource by (namespace, name), kept current by list + watch in a daemon thread.
 
-    `list_call` is the kubernetes client's list method of the resource (all namespaces for a
-    namespaced one); `read_call(name, namespace)` its read method, for `lookup` on a miss.
+    `collection` is the path that lists the resource (all namespaces for a namespaced one);
+    `item` the path of one object, with `{namespace}` and `{name}` in it, for `lookup` on a miss.
     """
 
     kind = "object"
@@ -59,9 +63,10 @@ class WatchCache:
 
     def __init__(
         self,
-        list_call: Callable[..., Any],
+        api_client: ApiClient,
+        collection: str,
         *,
-        read_call: Callable[[str, str], Any] | None = None,
+        item: str | None = None,
         watch_timeout: int = 300,
         backoff_initial: float = 0.5,
         backoff_max: float = 30.0,
@@ -70,8 +75,9 @@ class WatchCache:
         negative_ttl: float = 5.0,
         on_change: Callable[[str, str], None] | None = None,
     ) -> None:
-        self._list_call = list_call
-        self._read_call = read_call
+        self._api = api_client
+        self._collection = collection
+        self._item = item
         self._watch_timeout = watch_timeout  # server-side; a watch that ends is simply restarted
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
@@ -134,7 +140,7 @@ class WatchCache:
     async def lookup(self, name: str, namespace: str = "") -> dict[str, Any] | None:
         """get(), else one GET of the object (bounded, shared by concurrent callers, its answer kept)."""
         found = self.get(name, namespace)
-        if found is not None or self._read_call is None:
+        if found is not None or self._item is None:
             return found
         key = (namespace, name)
         if self._missing.get(key, 0.0) > time.monotonic():
@@ -179,8 +185,9 @@ class WatchCache:
         return self.get(name, namespace)
 
     def _read(self, name: str, namespace: str) -> dict[str, Any]:
-        assert self._read_call is not None
-        response = self._read_call(name, namespace)
+        assert self._item is not None
+        path = self._item.format(namespace=quote(namespace, safe=""), name=quote(name, safe=""))
+        response = rest.get(self._api, path, timeout=(2, 5))
         return _trim(orjson.loads(response.data), self.keep_status)
 
     # -- life cycle ----------------------------------------------------------------------------------
@@ -232,7 +239,7 @@ class WatchCache:
             delay = min(delay * 2, self._backoff_max)
 
     def _list(self) -> None:
-        response = self._list_call(_preload_content=False, _request_timeout=(5, 30))
+        response = rest.get(self._api, self._collection, timeout=(5, 30))
         body = orjson.loads(response.data)
         items: dict[str, dict[str, dict[str, Any]]] = {}
         for item in body.get("items") or []:
@@ -246,15 +253,14 @@ class WatchCache:
         self._notify("SYNCED", "")
 
     def _watch(self) -> None:
-        response = self._list_call(
-            watch=True,
-            resource_version=self._resource_version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=self._watch_timeout,
-            _preload_content=False,
-            # read timeout beyond the server's: a silent connection is a dead one
-            _request_timeout=(5, self._watch_timeout + 30),
-        )
+        query = [
+            ("watch", "true"),
+            ("resourceVersion", self._resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", self._watch_timeout),
+        ]
+        # read timeout beyond the server's: a silent connection is a dead one
+        response = rest.get(self._api, self._collection, query, timeout=(5, self._watch_timeout + 30))
         self._response = response
         self._last_seen = time.monotonic()
         try:
