@@ -1,7 +1,7 @@
 """CEL: one environment with the ValidatingAdmissionPolicy variables plus the GPU helpers.
 
-Expressions are compiled once per rule-set load. At request time they run against an
-`Activation`, which wraps the live Python dicts lazily: building one costs ~1.5 µs
+Expressions are compiled once per process and text (a reload recompiles only what changed).
+At request time they run against an `Activation`, which wraps the live Python dicts lazily: building one costs ~1.5 µs
 whatever the object's size. Calls into Python-implemented functions with arguments
 leak memory in the binding and convert maps deeply, so the helpers are rewritten into
 plain CEL over per-target values (celhelpers.py). Each expression is compiled twice:
@@ -108,62 +108,12 @@ class CelEnvironment:
         # the projection of each candidate-rule tuple of the rule sets built on this environment, per
         # phase (evaluate.py), keyed by the tuple's id; the tuple is kept in the value so its id stays its own
         self.projections: dict[tuple[int, Any], tuple[Any, Any]] = {}
-        dyn = cel.Type.DYN
-        variables = {name: dyn for name in (*VARIABLES, *TARGET_VARIABLES)}
-        variables["targetGpuCount"] = cel.Type.INT
-        self._env = cel.NewEnv(
-            variables=variables,
-            extensions=[ext_strings.ExtStrings(), ext_bindings.ExtBindings()],
-            functions=self._functions(),
-        )
+        self._env, self._compiled = _runtime(accelerators)
         # bound into every activation; the same object each time, so it costs nothing per request
         self.accelerator_table = {
             "exact": dict.fromkeys(accelerators.exact, True),
             "prefixes": list(accelerators.prefixes),
         }
-
-    def _functions(self) -> list[Any]:
-        t = cel.Type
-        spec_map = t.Map(t.STRING, t.DYN)
-        return [
-            cel.FunctionDecl(
-                "quantity",
-                [
-                    cel.Overload("quantity_string", t.DOUBLE, [t.STRING], impl=_quantity),
-                    cel.Overload("quantity_int", t.DOUBLE, [t.INT], impl=float),
-                ],
-            ),
-            cel.FunctionDecl("isQuantity", [cel.Overload("is_quantity_string", t.BOOL, [t.STRING], impl=_is_quantity)]),
-            cel.FunctionDecl(
-                "isAccelerator",
-                [cel.Overload("is_accelerator_string", t.BOOL, [t.STRING], impl=self._is_accelerator)],
-            ),
-            cel.FunctionDecl(
-                "gpuCount", [cel.Overload("gpu_count_map", t.INT, [spec_map], impl=self.accelerators.pod_count)]
-            ),
-            cel.FunctionDecl(
-                "containerGpuCount",
-                [cel.Overload("container_gpu_count_map", t.INT, [spec_map], impl=self._container_count)],
-            ),
-            # fallbacks of the rewritten quantity helpers, for strings not found in the pod's resources
-            cel.FunctionDecl(
-                celhelpers.QUANTITY_FALLBACK, [cel.Overload("gw_quantity_of", t.DOUBLE, [t.STRING], impl=_quantity)]
-            ),
-            cel.FunctionDecl(
-                celhelpers.CONTAINER_GPU_FALLBACK,
-                [cel.Overload("gw_container_gpu_count_map", t.INT, [spec_map], impl=self._container_count)],
-            ),
-            cel.FunctionDecl(
-                celhelpers.IS_QUANTITY_FALLBACK,
-                [cel.Overload("gw_is_quantity_of", t.BOOL, [t.STRING], impl=_is_quantity)],
-            ),
-        ]
-
-    def _is_accelerator(self, name: str) -> bool:
-        return name in self.accelerators
-
-    def _container_count(self, container: Mapping[str, Any]) -> int:
-        return self.accelerators.container_count(container)
 
     def compile(self, text: str, *, params: Any = None, rewrite: bool = True) -> CompiledExpression:
         """Compile one expression; `params` (the rule's, when given) is bound in as a constant.
@@ -181,6 +131,21 @@ class CelEnvironment:
         """
         if not isinstance(text, str) or not text.strip():
             raise CelCompileError("expression is empty")
+        params_literal = None if params is None else cel_literal(params)
+        # params without a CEL literal run on the rule's own activation: its program is its own
+        key = (text, params_literal, rewrite) if params is None or params_literal is not None else None
+        compiled = self._compiled.get(key) if key is not None else None
+        if compiled is None:
+            compiled = self._compile(text, params_literal, rewrite)
+            if key is not None:
+                if len(self._compiled) >= MAX_COMPILED:
+                    self._compiled.clear()
+                self._compiled[key] = compiled
+        self._paths.append(compiled.paths)
+        self._projection = None
+        return compiled
+
+    def _compile(self, text: str, params_literal: str | None, rewrite: bool) -> CompiledExpression:
         if len(text) > MAX_EXPRESSION_LENGTH:
             raise CelCompileError(f"expression is longer than {MAX_EXPRESSION_LENGTH} characters")
         found: list[celsyntax.Token] | None = None
@@ -205,13 +170,12 @@ class CelEnvironment:
             source = text  # correct, only slower: the helpers run in Python
         references = frozenset(name for name in (*VARIABLES, *TARGET_VARIABLES) if re.search(rf"\b{name}\b", source))
         result_type = str(checked.return_type())
-        params_literal = None if params is None else cel_literal(params)
         if params_literal is not None:
             # A newline before the closing parenthesis ends a trailing // comment. Should the bound
             # form not compile, the plain one below still runs (on a per-rule activation).
             with contextlib.suppress(RuntimeError):
                 bound = self._env.compile(f"cel.bind(params, dyn({params_literal}), {source}\n)")
-                return self._compiled(text, bound, references, result_type, source, params_bound=True)
+                return _compiled(text, bound, references, result_type, source, params_bound=True)
         try:
             program = self._env.compile(source) if source != text else checked
         except RuntimeError:
@@ -220,21 +184,7 @@ class CelEnvironment:
                 text,
                 frozenset(n for n in (*VARIABLES, *TARGET_VARIABLES) if re.search(rf"\b{n}\b", text)),
             )
-        return self._compiled(text, program, references, result_type, source)
-
-    def _compiled(
-        self,
-        text: str,
-        program: Any,
-        references: frozenset[str],
-        result_type: str,
-        source: str,
-        params_bound: bool = False,
-    ) -> CompiledExpression:
-        paths = projection.read_paths(source)  # of the text that runs
-        self._paths.append(paths)
-        self._projection = None
-        return CompiledExpression(text, program, references, result_type, params_bound, paths)
+        return _compiled(text, program, references, result_type, source)
 
     def projection_trees(self) -> dict[str, projection.Tree]:
         """Root variable -> the projection tree every expression compiled here needs (projection.py).
@@ -248,6 +198,76 @@ class CelEnvironment:
 
     def activation(self, variables: Mapping[str, Any]) -> Any:
         return self._env.Activation(variables)
+
+
+# Compiled expressions are kept per accelerator configuration, for the life of the process: a
+# reload, a `gpu-webhook test` suite or a test that loads the same rules again compiles only what
+# changed (each compile runs the C++ checker twice, ~1.5 ms). Bounded: started over when full.
+MAX_COMPILED = 2_000
+MAX_RUNTIMES = 8
+_Key = tuple[str, str | None, bool]  # text, params literal, rewrite
+_RUNTIMES: dict[Accelerators, tuple[Any, dict[_Key, CompiledExpression]]] = {}
+
+
+def _runtime(accelerators: Accelerators) -> tuple[Any, dict[_Key, CompiledExpression]]:
+    """The runtime environment for this configuration (its helpers close over it) and what was compiled in it."""
+    found = _RUNTIMES.get(accelerators)
+    if found is None:
+        if len(_RUNTIMES) >= MAX_RUNTIMES:
+            _RUNTIMES.clear()
+        dyn = cel.Type.DYN
+        variables = {name: dyn for name in (*VARIABLES, *TARGET_VARIABLES)}
+        variables["targetGpuCount"] = cel.Type.INT
+        env = cel.NewEnv(
+            variables=variables,
+            extensions=[ext_strings.ExtStrings(), ext_bindings.ExtBindings()],
+            functions=_functions(accelerators),
+        )
+        found = _RUNTIMES[accelerators] = (env, {})
+    return found
+
+
+def _compiled(
+    text: str, program: Any, references: frozenset[str], result_type: str, source: str, params_bound: bool = False
+) -> CompiledExpression:
+    paths = projection.read_paths(source)  # of the text that runs
+    return CompiledExpression(text, program, references, result_type, params_bound, paths)
+
+
+def _functions(accelerators: Accelerators) -> list[Any]:
+    t = cel.Type
+    spec_map = t.Map(t.STRING, t.DYN)
+    return [
+        cel.FunctionDecl(
+            "quantity",
+            [
+                cel.Overload("quantity_string", t.DOUBLE, [t.STRING], impl=_quantity),
+                cel.Overload("quantity_int", t.DOUBLE, [t.INT], impl=float),
+            ],
+        ),
+        cel.FunctionDecl("isQuantity", [cel.Overload("is_quantity_string", t.BOOL, [t.STRING], impl=_is_quantity)]),
+        cel.FunctionDecl(
+            "isAccelerator",
+            [cel.Overload("is_accelerator_string", t.BOOL, [t.STRING], impl=accelerators.__contains__)],
+        ),
+        cel.FunctionDecl("gpuCount", [cel.Overload("gpu_count_map", t.INT, [spec_map], impl=accelerators.pod_count)]),
+        cel.FunctionDecl(
+            "containerGpuCount",
+            [cel.Overload("container_gpu_count_map", t.INT, [spec_map], impl=accelerators.container_count)],
+        ),
+        # fallbacks of the rewritten quantity helpers, for strings not found in the pod's resources
+        cel.FunctionDecl(
+            celhelpers.QUANTITY_FALLBACK, [cel.Overload("gw_quantity_of", t.DOUBLE, [t.STRING], impl=_quantity)]
+        ),
+        cel.FunctionDecl(
+            celhelpers.CONTAINER_GPU_FALLBACK,
+            [cel.Overload("gw_container_gpu_count_map", t.INT, [spec_map], impl=accelerators.container_count)],
+        ),
+        cel.FunctionDecl(
+            celhelpers.IS_QUANTITY_FALLBACK,
+            [cel.Overload("gw_is_quantity_of", t.BOOL, [t.STRING], impl=_is_quantity)],
+        ),
+    ]
 
 
 def check_cost(text: str, found: list[celsyntax.Token] | None = None) -> None:
