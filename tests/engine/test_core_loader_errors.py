@@ -138,3 +138,20 @@ def test_missing_paths_are_errors_and_require_lists_them(tmp_path: Path) -> None
     assert [str(e) for e in result.errors] == [f"{tmp_path}/nope:1:1: rules path not found"]
     with pytest.raises(RuleLoadError, match="rules path not found"):
         result.require()
+
+
+def test_a_broken_test_suite_beside_the_rules_does_not_stop_them_loading(tmp_path: Path) -> None:
+    # The server loads the same directory `gpu-webhook test` reads; suites are that command's
+    # business (and lint's), so a duplicate key or an alias bomb in one cannot take the rules down.
+    rule = HEADER + "metadata: {name: r}\nspec:\n  match: {kinds: [Pod]}\n  validate: {expression: 'true'}\n"
+    suite = (
+        "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicyTest\nmetadata: {name: s}\n"
+        "metadata: {name: again}\nspec:\n  cases: &c [*c]\n"
+    )
+    (tmp_path / "rule.yaml").write_text(rule + "---\n" + suite)
+    result = load_rules(tmp_path)
+    assert result.ok and result.ruleset is not None, result.errors
+    assert [r.name for r in result.ruleset.rules] == ["r"]
+    twice = HEADER + "metadata:\n  name: r\n  name: r\nspec:\n  match: {kinds: [Pod]}\n  validate: {expression: 'true'}\n"
+    # positions of the documents after a skipped one are still their own
+    assert errors_of(tmp_path, suite + "---\n" + twice) == ["rule.yaml:12:3: duplicate key 'name'"]

@@ -73,6 +73,9 @@ def rule_files(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
     return found
 
 
+_SUITES = frozenset({TEST_KIND})
+
+
 def load_rules(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]) -> LoadResult:
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
@@ -83,7 +86,7 @@ def load_rules(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str])
     for file in files:
         try:
             text = FsPath(file).read_text(encoding="utf-8")
-            documents.extend(load_documents(text, file))
+            documents.extend(load_documents(text, file, skip_kinds=_SUITES))  # `gpu-webhook test` reads them
         except YamlError as error:
             errors.append(LoadError(SourceLocation(file, error.line, error.column), f"invalid YAML: {error}"))
         except (OSError, UnicodeDecodeError) as error:

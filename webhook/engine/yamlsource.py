@@ -34,12 +34,15 @@ def plain_documents(text: str) -> list[Any]:
 def document_kinds(text: str) -> list[str | None]:
     """The top-level `kind` of each mapping document (None: it has none), read from the node tree
     without building the values; documents that are not mappings are left out."""
-    kinds: list[str | None] = []
-    for node in yaml.compose_all(text, Loader=_Loader):  # nosec B506: composes nodes, builds nothing
-        if isinstance(node, yaml.MappingNode):
-            found = [v.value for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == "kind"]
-            kinds.append(found[-1] if found and isinstance(found[-1], str) else None)
-    return kinds
+    nodes = yaml.compose_all(text, Loader=_Loader)  # nosec B506: composes nodes, builds nothing
+    return [_node_kind(node) for node in nodes if isinstance(node, yaml.MappingNode)]
+
+
+def _node_kind(node: yaml.Node) -> str | None:
+    if not isinstance(node, yaml.MappingNode):
+        return None
+    found = [v.value for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == "kind"]
+    return found[-1] if found and isinstance(found[-1], str) else None
 
 
 def plain_document(text: str) -> Any:
@@ -119,17 +122,25 @@ class YamlError(ValueError):
         self.column = column
 
 
-def load_documents(text: str, file: str) -> list[Document]:
-    """All documents of a YAML stream, with positions; raises YamlError on a syntax error."""
+def load_documents(text: str, file: str, skip_kinds: frozenset[str] = frozenset()) -> list[Document]:
+    """All documents of a YAML stream, with positions; raises YamlError on a syntax error.
+
+    Mappings whose top-level `kind` is in `skip_kinds` are left out unbuilt (the rule loader
+    skips the test suites beside the rules: most of the pack's bytes).
+    """
     loader = _Loader(text)
     documents: list[Document] = []
     lines = text.splitlines()
+    index = -1
     try:
         while loader.check_node():
             node = loader.get_node()
             if node is None:
                 continue
-            document = Document(data=None, file=file, index=len(documents), lines=lines)
+            index += 1
+            if skip_kinds and _node_kind(node) in skip_kinds:
+                continue
+            document = Document(data=None, file=file, index=index, lines=lines)
             document.data = _build(loader, node, (), document, {})
             _check_expansion(document.data, node)
             documents.append(document)
