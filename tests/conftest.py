@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import shutil
@@ -94,6 +95,7 @@ SLOW: dict[str, str] = {
     "tests/authoring/test_user_errors.py": "runs the CLI as a subprocess, as a user would",
     "tests/authoring/test_suites.py::test_console_script": "subprocess",
     "tests/authoring/test_cli.py::test_version": "subprocess",
+    "tests/audit/test_cli_loading.py::test_audit_does_not_import_the_server_or_the_exporter": "subprocess",
     "tests/audit/test_context_and_errors.py::test_concatenated_examples_are_fourteen_objects": "subprocess",
     "tests/export/test_cli.py": "runs `gpu-webhook export` as a subprocess",
     "tests/deploy/test_installed_wheel.py": "builds a wheel and installs it into a new virtualenv",
@@ -152,3 +154,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         node = item.nodeid.split("[")[0]
         if node in SLOW or node.split("::")[0] in SLOW or item.get_closest_marker("attack"):
             item.add_marker(pytest.mark.slow)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # Everything imported and collected so far lives for the whole session: moved out of the
+    # collector's reach, the full collections a test run triggers (and those a server start or
+    # a memory test asks for) walk only what the tests build, not ~1 M objects of the imports.
+    gc.freeze()
