@@ -10,6 +10,7 @@ datetime (which CEL cannot take: the rule errored in the suite and passed in the
 from __future__ import annotations
 
 import json
+import textwrap
 
 RULE = """
 apiVersion: gpu-webhook.io/v1alpha1
@@ -43,7 +44,8 @@ metadata:
 spec:
   containers: [{name: c, image: busybox}]
 """
-SUITE = """
+SUITE = (
+    """
 apiVersion: gpu-webhook.io/v1alpha1
 kind: GPUPolicyTest
 metadata: {name: cutoff}
@@ -52,20 +54,16 @@ spec:
   cases:
     - name: the same pod, written inline
       object:
-        apiVersion: v1
-        kind: Pod
-        metadata:
-          name: early
-          namespace: team-a
-          annotations: {start: 2025-12-24, window: 1:20}
-        spec:
-          containers: [{name: c, image: busybox}]
+"""
+    + textwrap.indent(POD.strip("\n"), " " * 8)
+    + """
       expect:
         allowed: false
         rules:
           - {rule: starts-after-cutoff, result: denied, message: starts before the cutoff}
           - {rule: window-is-text, result: allowed}
 """
+)
 
 
 def test_suite_audit_and_explain_agree_on_a_plain_timestamp(cli, write, tmp_path) -> None:
