@@ -103,7 +103,6 @@ SLOW: dict[str, str] = {
     "tests/server/test_namespace_context.py::test_serve_watches_namespaces_when_given_a_kubeconfig": "subprocess",
     "tests/server/test_reload_and_shutdown.py::test_sigterm_finishes_in_flight_requests": "server process",
     "tests/server/test_workers.py": "server processes with --workers 2",
-    "tests/server/test_record_reviews.py::test_serve_documents_the_option": "subprocess",
     "tests/audit/test_jobs.py::test_jobs_two_writes_the_same_bytes_as_jobs_one": "forks --jobs 2 worker processes",
     # kubectl
     "tests/deploy/test_render.py::test_builtin_renderer_matches_kubectl_kustomize": "kubectl",
@@ -127,6 +126,7 @@ SLOW: dict[str, str] = {
     "tests/audit/test_blockyaml.py::test_the_same_bytes_as_pyyaml": "hypothesis, generated documents",
     # a live TLS server per test (its own certificates, rules copy, event loop and reload thread)
     "tests/server/test_admission_https.py": "a live server per test",
+    "tests/server/test_record_reviews.py": "a live server per test; one runs `serve --help` as a subprocess",
     "tests/server/test_audit_mode.py": "a live server per test",
     "tests/server/test_reload_and_shutdown.py": "a live server per test, waiting for reloads",
     "tests/server/test_namespace_context.py": "a live server and a stand-in API server per test",
@@ -139,6 +139,7 @@ SLOW: dict[str, str] = {
     "tests/export/test_schema.py": "exports the pack once per Kubernetes release",
     "tests/export/test_equivalence.py": "exports the pack and runs it beside the engine",
     "tests/export/test_mixed.py": "exports the pack",
+    "tests/export/test_translation.py::test_exported_policies_stay_within_the_apiservers_budgets": "exports the pack",
     "tests/deploy/test_manifests_native.py::test_each_rule_runs_in_exactly_one_place": "exports the pack, twice",
     # like test_equivalence: exports the pack twice, every suite case (x every workload kind, x kubectl
     # debug) beside the engine: 20,000 comparisons, every mutation applied twice, hypothesis
