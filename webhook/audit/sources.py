@@ -24,13 +24,12 @@ from typing import IO, Any
 import orjson
 import yaml
 
+from webhook.engine.kubeyaml import KubeLoader
+
 from . import rapid
-from .fastyaml import KUBE_PLAIN, Documents, go_plain, json_key
+from .fastyaml import Documents, json_key
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
-
-# The C loader is 5-10x faster than the pure-Python one; fall back only where libyaml is missing.
-_BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class SourceError(Exception):
@@ -41,18 +40,13 @@ class DuplicateKey(yaml.constructor.ConstructorError):
     pass
 
 
-class Loader(_BaseLoader):
-    """The safe loader, refusing duplicate keys: YAML says they are an error, PyYAML keeps the last.
+class Loader(KubeLoader):
+    """kubectl's reading of YAML (kubeyaml.KubeLoader), refusing duplicate keys: YAML says they are an
+    error, PyYAML keeps the last.
 
     Concatenated manifests without `---` between them (`cat a.yaml b.yaml`) are one document
     with every key twice; merged silently, they would audit as one object made of the last file.
     """
-
-    def resolve(self, kind: type, value: Any, implicit: tuple[bool, bool]) -> str:
-        # plain scalars as kubectl resolves them (fastyaml.go_plain: go-yaml v2's rules), merge keys as YAML's
-        if kind is yaml.ScalarNode and implicit[0] and value != "<<":
-            return KUBE_PLAIN
-        return super().resolve(kind, value, implicit)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -81,9 +75,6 @@ class Loader(_BaseLoader):
                 ) from None
             mapping[key] = self.construct_object(value_node, deep=deep)
         return mapping
-
-
-Loader.add_constructor(KUBE_PLAIN, lambda loader, node: go_plain(node.value))
 
 
 Problem = Callable[[str], None]  # told "file:line: what is wrong"; the stream goes on

@@ -19,6 +19,8 @@ import math
 import re
 from typing import Any
 
+import yaml
+
 KUBE_PLAIN = "!gpu-webhook/kube-plain"  # the reference loader's tag for every plain scalar but `<<`
 
 # go-yaml v2's words (resolveMapList), then its number rules
@@ -74,3 +76,19 @@ def json_key(key: Any) -> Any:
     if type(key) is int:
         return str(key)
     return key
+
+
+class KubeLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """The safe loader (libyaml's where compiled in) with plain scalars resolved by go_plain.
+
+    Merge keys (`<<`) stay YAML's, as go-yaml v2 also merges them. The audit's reference
+    loader and the rule loader both build on this class.
+    """
+
+    def resolve(self, kind: type, value: Any, implicit: tuple[bool, bool]) -> str:
+        if kind is yaml.ScalarNode and implicit[0] and value != "<<":
+            return KUBE_PLAIN
+        return super().resolve(kind, value, implicit)  # type: ignore[no-any-return]
+
+
+KubeLoader.add_constructor(KUBE_PLAIN, lambda loader, node: go_plain(node.value))

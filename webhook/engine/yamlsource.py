@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from .kubeyaml import KUBE_PLAIN, go_plain, json_key
+from .kubeyaml import KubeLoader, json_key
 from .pointer import Path
 
 MAX_EXPANDED_VALUES = 100_000
@@ -25,22 +25,6 @@ try:
 except AttributeError:  # libyaml not compiled in
     _Loader = yaml.SafeLoader
 
-
-class _KubeLoader(_Loader):  # type: ignore[misc]
-    """Rule files and the objects in test suites: plain scalars as kubectl reads them (kubeyaml.py).
-
-    A suite's Pod must be the object `audit` and `explain` read from the same manifest, and a
-    rule's params what its author sees in that manifest (`since: 2026-01-01` a string, as in the
-    object it is compared with, not a datetime that CEL cannot take).
-    """
-
-    def resolve(self, kind: type, value: Any, implicit: tuple[bool, bool]) -> str:
-        if kind is yaml.ScalarNode and implicit[0] and value != "<<":  # merge keys stay YAML's
-            return KUBE_PLAIN
-        return super().resolve(kind, value, implicit)  # type: ignore[no-any-return]
-
-
-_KubeLoader.add_constructor(KUBE_PLAIN, lambda loader, node: go_plain(node.value))
 
 
 def plain_documents(text: str) -> list[Any]:
@@ -146,7 +130,8 @@ def load_documents(text: str, file: str, skip_kinds: frozenset[str] = frozenset(
     Mappings whose top-level `kind` is in `skip_kinds` are left out unbuilt (the rule loader
     skips the test suites beside the rules: most of the pack's bytes).
     """
-    loader = _KubeLoader(text)
+    # rule files and the objects in suites as kubectl reads YAML, like `audit` and `explain` (kubeyaml.py)
+    loader = KubeLoader(text)
     documents: list[Document] = []
     lines = text.splitlines()
     index = -1
