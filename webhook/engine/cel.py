@@ -11,6 +11,7 @@ the author's text for diagnostics and types, the rewritten text to run.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import math
 import re
 from collections.abc import Mapping
@@ -91,11 +92,43 @@ class CompiledExpression:
             if ITERATION_BUDGET_ERROR in str(error):
                 raise CelEvaluationError(ITERATION_BUDGET_MESSAGE) from None
             raise
-        value = result.plain_value()
+        value = plain_result(result)
         # an error's plain value is its message: only a string result needs the (slower) type() check
         if type(value) is str and result.type() == cel.Type.ERROR:
             raise CelEvaluationError(_clean(value))
         return value
+
+
+_incref = ctypes.pythonapi.Py_IncRef
+_incref.argtypes = [ctypes.py_object]
+
+
+def plain_result(result: Any) -> Any:
+    """`result.plain_value()`, with the reference to None that cel-expr-python 0.1.3 drops given back.
+
+    Its plain_value() releases None once for every null in the value it returns without taking a
+    reference first; on Python 3.11 (the image's) None is not immortal, so a few thousand null
+    results (a mutation expression giving null, a list with a null) end the process with
+    "Fatal Python error: none_dealloc". Each null taken is given back here.
+    """
+    value = result.plain_value()
+    if value is None or type(value) is list or type(value) is dict:
+        for _ in range(_nulls(value)):
+            _incref(None)
+    return value
+
+
+def _nulls(value: Any) -> int:
+    """How many None a plain value holds (CEL map keys are never null)."""
+    if value is None:
+        return 1
+    count = 0
+    for item in value.values() if type(value) is dict else value:
+        if item is None:
+            count += 1
+        elif type(item) is list or type(item) is dict:
+            count += _nulls(item)
+    return count
 
 
 class CelEnvironment:
