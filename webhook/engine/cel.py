@@ -84,6 +84,9 @@ class CompiledExpression:
     params_bound: bool = False
     # The fields of object, oldObject, namespaceObject, request and podSpec the program can read (read_paths)
     paths: Mapping[str, frozenset[tuple[str, ...]]] = field(default_factory=dict)
+    # The text `program` was compiled from when params_bound (the params literal bound in): what a
+    # fused program (facts.Subject: one evaluation for a phase's expressions) embeds
+    bound_source: str | None = None
 
     def evaluate(self, activation: Any) -> Any:
         try:
@@ -242,9 +245,10 @@ class CelEnvironment:
         if params_literal is not None:
             # A newline before the closing parenthesis ends a trailing // comment. Should the bound
             # form not compile, the plain one below still runs (on a per-rule activation).
+            bound_source = f"cel.bind(params, dyn({params_literal}), {source}\n)"
             with contextlib.suppress(RuntimeError):
-                bound = self._env.compile(f"cel.bind(params, dyn({params_literal}), {source}\n)")
-                return self._compiled(text, bound, references, result_type, source, params_bound=True)
+                bound = self._env.compile(bound_source)
+                return self._compiled(text, bound, references, result_type, source, bound_source)
         try:
             program = self._env.compile(source) if source != text else checked
         except RuntimeError:
@@ -262,12 +266,12 @@ class CelEnvironment:
         references: frozenset[str],
         result_type: str,
         source: str,
-        params_bound: bool = False,
+        bound_source: str | None = None,
     ) -> CompiledExpression:
         paths = projection.read_paths(source)  # of the text that runs
         self._paths.append(paths)
         self._projection = None
-        return CompiledExpression(text, program, references, result_type, params_bound, paths)
+        return CompiledExpression(text, program, references, result_type, bound_source is not None, paths, bound_source)
 
     def projection_trees(self) -> dict[str, projection.Tree]:
         """Root variable -> the projection tree every expression compiled here needs (projection.py).
@@ -281,6 +285,13 @@ class CelEnvironment:
 
     def activation(self, variables: Mapping[str, Any]) -> Any:
         return self._env.Activation(variables)
+
+    def compile_program(self, text: str) -> Any:
+        """A runnable program of text the engine wrote itself (a fused program), or None if it does not compile."""
+        try:
+            return self._env.compile(text)
+        except RuntimeError:
+            return None
 
 
 def check_cost(text: str, found: list[celsyntax.Token] | None = None) -> None:

@@ -68,6 +68,7 @@ def evaluate(
     if admission.object is not None:
         for rule in projection.mutating:
             run.mutate(rule)
+    run.subject.fuse = True  # the working copy no longer changes: one CEL program per target (facts.py)
     for rule in projection.validating:
         run.validate(rule)
     patcher = run.subject.patcher
@@ -183,6 +184,7 @@ class _Run:
         if self._old_run is None:
             old = replace(self.admission, object=self.admission.old_object, old_object=None)
             self._old_run = _Run(self.ruleset, old, Decision(), self.mode, False, self.limits, self.projection)
+            self._old_run.subject.fuse = True  # it only validates
         run = self._old_run
         for old_target in run.subject.targets(rule):
             if old_target.description != target.description:
