@@ -8,13 +8,10 @@ in, each computed once per state of the working copy.
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-import orjson
 
 from .cel import CelEvaluationError, CompiledExpression, plain_result
 from .limits import Budget
@@ -182,9 +179,14 @@ class Subject:
         self._fused: dict[tuple[str | int, ...], dict[int, Any]] = {}
 
     def edit(self) -> Patcher:
-        """The patcher of the working copy, copying the object on the first edit."""
+        """The patcher of the working copy, made on the first edit.
+
+        The working copy starts as a shallow copy of the object: the patcher copies what lies
+        on an edit's path before changing it (patch.py), so the object as received (what
+        ratcheting, Decision.accelerators and the audit's diff read) stays as it was.
+        """
         if self.patcher is None:
-            self.working = copy_document(self.working)
+            self.working = dict(self.working)
             self.patcher = Patcher(self.working)
         return self.patcher
 
@@ -620,29 +622,3 @@ def edits_containers(operations: list[dict[str, Any]], target: Target) -> bool:
         if "ontainers" in path or "resourceClaims" in path or any(spec.startswith(path + "/") for spec in specs):
             return True  # into (init)containers or DRA claims, or an ancestor of the pod spec replaced
     return False
-
-
-def copy_document(document: dict[str, Any]) -> dict[str, Any]:
-    try:
-        return orjson.loads(orjson.dumps(document))  # type: ignore[no-any-return]
-    except (TypeError, orjson.JSONEncodeError):
-        # values JSON cannot carry (YAML timestamps, huge ints), or nesting past the 255 levels
-        # orjson writes (it reads 1,024): copy without recursion, whatever the depth
-        return _deep_copy(document)
-
-
-def _deep_copy(document: dict[str, Any]) -> dict[str, Any]:
-    root: dict[str, Any] = {}
-    stack: list[tuple[Any, Any]] = [(document, root)]
-    while stack:
-        source, target = stack.pop()
-        items = source.items() if isinstance(source, dict) else enumerate(source)
-        for key, value in items:
-            if isinstance(value, dict | list):
-                child: Any = {} if isinstance(value, dict) else [None] * len(value)
-                stack.append((value, child))
-                value = child
-            elif not isinstance(value, str | int | float | bool | type(None)):
-                value = copy.deepcopy(value)  # a leaf of another type (date, Decimal): shallow depth
-            target[key] = value
-    return root
