@@ -282,13 +282,17 @@ class Subject:
         # the check itself only once the size has passed and until the wall-clock deadline (a call saved per expression)
         if not budget.clear or (budget.deadline is not None and time.perf_counter() > budget.deadline):
             budget.check(target, self.working)
+        if self.fuse:  # only expressions the fused program holds have a result there
+            fused = self._fused.get(target.root)
+            if fused is None:
+                self._fused[target.root] = {}  # meanwhile (the conditions it asks alone): nothing fused
+                fused = self._fused[target.root] = self._fused_results(target)
+            found = fused.get(id(expression), _MISSING)
+            if found is not _MISSING:
+                return found
         if self._namespace_version is not None and expression.references <= NAMESPACE_VARIABLES:
             return self._namespace_result(rule, target, expression, self._namespace_version)
         if expression.params_bound and id(expression) in self.projection.covered:
-            if self.fuse:
-                found = self._fused_result(target, expression)
-                if found is not _MISSING:
-                    return found
             return evaluate_expression(expression, self._shared_activation(target))  # the common case
         return self._evaluate(rule, target, expression)
 
@@ -300,13 +304,6 @@ class Subject:
     # rule then reads its own result. Any error in the fused program (one rule's expression, or the
     # iteration budget, which counts the whole program) drops the fused results: every expression is
     # then evaluated alone, exactly as without fusion, so an error is reported by its own rule only.
-
-    def _fused_result(self, target: Target, expression: CompiledExpression) -> Any:
-        """The fused result of this expression on this target, or _MISSING (evaluate it alone)."""
-        found = self._fused.get(target.root)
-        if found is None:
-            found = self._fused[target.root] = self._fused_results(target)
-        return found.get(id(expression), _MISSING)
 
     def _fused_results(self, target: Target) -> dict[int, Any]:
         """id of an expression -> its result, for the validating rules' expressions on this target."""
