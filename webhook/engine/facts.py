@@ -16,7 +16,6 @@ from typing import Any
 from .cel import CelEvaluationError, CompiledExpression, plain_result
 from .limits import Budget
 from .loader import _mutation_expressions as mutation_expressions  # the loader's list, for references too
-from .matching import gate
 from .model import AdmissionInput, Phase, Rule, RuleError, Target, default_priority_class
 from .patch import Patcher
 from .pointer import to_pointer
@@ -42,10 +41,12 @@ class Projection:
     namespace_results: dict[tuple[int, str, str], tuple[CompiledExpression, Any, Any]] = field(
         default_factory=dict, compare=False, hash=False
     )
-    # per validating rule with an expression that can be fused: (rule, its condition, its validation,
+    # id of a validating rule with an expression that can be fused -> (its condition, its validation,
     # whether each reads the namespace alone); an expression that cannot (params without a CEL
     # literal) is None and runs alone (Subject._fused_results)
-    fusion: tuple[tuple[Rule, CompiledExpression | None, CompiledExpression | None, bool, bool], ...] = ()
+    fusion: Mapping[int, tuple[CompiledExpression | None, CompiledExpression | None, bool, bool]] = field(
+        default_factory=dict, compare=False, hash=False
+    )
     # the fused programs of the validating phase (Subject._fused_results), by what they hold: the ids
     # of each member's fused condition and validation (0: not fused); None when one did not compile
     fused: dict[tuple[tuple[int, int], ...], FusedProgram | None] = field(
@@ -92,9 +93,9 @@ def projection_for(ruleset: RuleSet, candidates: tuple[Rule, ...], phase: Phase)
 
 def _fusion(
     rules: tuple[Rule, ...],
-) -> tuple[tuple[Rule, CompiledExpression | None, CompiledExpression | None, bool, bool], ...]:
+) -> dict[int, tuple[CompiledExpression | None, CompiledExpression | None, bool, bool]]:
     """Projection.fusion: the validating rules' expressions that a fused program may hold."""
-    found = []
+    found = {}
     for rule in rules:
         assert rule.validate is not None
         condition = rule.match.condition
@@ -102,16 +103,13 @@ def _fusion(
         validation = rule.validate.expression
         fused_validation = validation if validation.bound_source is not None else None
         if fused_condition is not None or fused_validation is not None:
-            found.append(
-                (
-                    rule,
-                    fused_condition,
-                    fused_validation,
-                    fused_condition is not None and fused_condition.references <= NAMESPACE_VARIABLES,
-                    fused_validation is not None and fused_validation.references <= NAMESPACE_VARIABLES,
-                )
+            found[id(rule)] = (
+                fused_condition,
+                fused_validation,
+                fused_condition is not None and fused_condition.references <= NAMESPACE_VARIABLES,
+                fused_validation is not None and fused_validation.references <= NAMESPACE_VARIABLES,
             )
-    return tuple(found)
+    return found
 
 
 # Variables made from the target's facts (pod specs, containers, counts): an activation whose
@@ -170,12 +168,12 @@ class Subject:
         # pod spec path -> accelerators it asks for in the object as received (Decision.accelerators)
         self._received: dict[tuple[str | int, ...], int] = {}
         self._namespace_version = namespace_version(admission.namespace_object)
-        # Set once the working copy no longer changes and the validating rules run (evaluate.py):
-        # their expressions are then evaluated fused, and the plain checks kept per rule and target
+        # Set by fuse_validations once the working copy no longer changes: the validating rules'
+        # expressions are then evaluated fused
         self.fuse = False
-        # (id of a rule, target root) -> matching.gate's answer, while fusing
-        self._gates: dict[tuple[int, tuple[str | int, ...]], str | None] = {}
-        # target root -> id of an expression -> its fused result, while fusing
+        # target root -> the validating rules that passed the plain checks on it, in file order
+        self._passing: dict[tuple[str | int, ...], list[Rule]] = {}
+        # target root -> id of an expression -> its fused result
         self._fused: dict[tuple[str | int, ...], dict[int, Any]] = {}
 
     def edit(self) -> Patcher:
@@ -250,19 +248,6 @@ class Subject:
         self._facts[target.root] = facts
         return facts
 
-    def gate(self, rule: Rule, target: Target) -> str | None:
-        """matching.gate (everything but the CEL condition); while fusing, once per rule and target.
-
-        The fused evaluation asks every validating rule first; the rule's own turn then asks again.
-        """
-        if not self.fuse:
-            return gate(self, rule, target)
-        key = (id(rule), target.root)
-        found = self._gates.get(key, _MISSING)
-        if found is _MISSING:
-            found = self._gates[key] = gate(self, rule, target)
-        return found  # type: ignore[return-value]
-
     def received_accelerators(self) -> int:
         """Decision.accelerators: what the object as received asks for, reusing the counts rules made."""
         return object_accelerators(self.ruleset.accelerators, self.admission, self._received)
@@ -305,21 +290,24 @@ class Subject:
     # iteration budget, which counts the whole program) drops the fused results: every expression is
     # then evaluated alone, exactly as without fusion, so an error is reported by its own rule only.
 
+    def fuse_validations(self, passing: list[tuple[Rule, Target]]) -> None:
+        """From now on the working copy does not change: the expressions of these (rule, target)
+        pairs, the validating rules that passed matching.gate, are evaluated fused per target."""
+        for rule, target in passing:
+            self._passing.setdefault(target.root, []).append(rule)
+        self.fuse = True
+
     def _fused_results(self, target: Target) -> dict[int, Any]:
         """id of an expression -> its result, for the validating rules' expressions on this target."""
         members: list[tuple[int, int]] = []
         # an expression of the namespace alone is answered from the namespace answers, not fused
         by_namespace = self._namespace_version is not None
-        kind = self.working.get("kind")
-        for rule, fusible_condition, fusible_validation, condition_alone, validation_alone in self.projection.fusion:
-            kinds = rule.match.kinds
-            if "*" in kinds or kind in kinds:
-                if target is not self._object_target:
-                    continue
-            elif target not in (self._templates or ()):  # Subject.targets(rule), without building it
+        fusion = self.projection.fusion
+        for rule in self._passing.get(target.root, ()):
+            fusible = fusion.get(id(rule))
+            if fusible is None:
                 continue
-            if self.gate(rule, target) is not None:
-                continue
+            fusible_condition, fusible_validation, condition_alone, validation_alone = fusible
             condition = rule.match.condition
             fused_condition = fusible_condition is not None and not (by_namespace and condition_alone)
             if condition is not None and not fused_condition and not self._condition_holds(rule, target, condition):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from .model import NO_NAMESPACE_CONTEXT, Rule, Target
 from .workloads import get_path
 
-if TYPE_CHECKING:  # facts.Subject asks gate() for its answers
+if TYPE_CHECKING:
     from .facts import Subject
 
 REFUSED_FOR_CONTEXT = f"{NO_NAMESPACE_CONTEXT} (onMissingContext: Deny)"
@@ -28,20 +28,22 @@ def mismatch(subject: Subject, rule: Rule, target: Target) -> str | None:
     failurePolicy), never "no match": otherwise an object shaped to break the condition
     would slip past the rule.
     """
-    reason = subject.gate(rule, target)
-    if reason is not None:
-        return reason
+    return after_gate(subject, rule, target, gate(subject, rule, target))
+
+
+def after_gate(subject: Subject, rule: Rule, target: Target, reason: str | None) -> str | None:
+    """`mismatch` once `gate` gave `reason`: the CEL condition, if the plain checks passed."""
     condition = rule.match.condition
-    if condition is not None and subject.eval(rule, target, condition) is not True:
+    if reason is None and condition is not None and subject.eval(rule, target, condition) is not True:
         return "condition is false"
-    return None
+    return reason
 
 
 def gate(subject: Subject, rule: Rule, target: Target) -> str | None:
     """Everything `mismatch` checks but the CEL condition: None when the rule gets that far, else why not.
 
-    Plain Python on the namespace, the labels and the target's facts; facts.Subject.gate keeps the
-    answer per rule, target and state of the working copy.
+    Plain Python on the namespace, the labels and the target's facts. The validating phase asks
+    it for every rule first (evaluate.py), so that the rules that pass share one CEL program.
     """
     match = rule.match
     admission = subject.admission
