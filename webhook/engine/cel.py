@@ -126,11 +126,14 @@ def _nulls(value: Any) -> int:
     if value is None:
         return 1
     count = 0
-    for item in value.values() if type(value) is dict else value:
-        if item is None:
-            count += 1
-        elif type(item) is list or type(item) is dict:
-            count += _nulls(item)
+    stack = [value]
+    while stack:  # no call per nested list: a fused program's result is a list of small lists
+        node = stack.pop()
+        for item in node.values() if type(node) is dict else node:
+            if item is None:
+                count += 1
+            elif (type(item) is list or type(item) is dict) and item:
+                stack.append(item)
     return count
 
 
