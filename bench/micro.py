@@ -118,7 +118,7 @@ def evaluate_breakdown(ruleset: RuleSet, body: bytes, iterations: int = 2000) ->
 
     match: the match checks (selectors, namespaces, `gpu:`, conditions, finding targets);
     cel: validations and messages (the shared activation's object conversion included);
-    patch: copying the object and applying mutations (their CEL values included);
+    patch: the working copy and the mutations (their CEL values and copy-on-write edits included);
     engine: the rest of the bookkeeping. Entry points do not nest, so the parts add up.
     """
     review = parse_review(body)
@@ -136,7 +136,7 @@ def evaluate_breakdown(ruleset: RuleSet, body: bytes, iterations: int = 2000) ->
         # validations and their messages: activation (object conversion) and evaluation
         "cel": _cumulative(stats, "facts.py", "eval", ("_messages", "_message")),
         # the working copy and the mutations (with any CEL they evaluate)
-        "patch": _cumulative(stats, "facts.py", "copy_document", ("edit",))
+        "patch": _cumulative(stats, "facts.py", "edit", ("mutate",))
         + _cumulative(stats, "mutate.py", "apply", ("mutate",)),
     }
     return parts_to_shares(parts, total)

@@ -11,6 +11,7 @@ the author's text for diagnostics and types, the rewritten text to run.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import math
 import re
 from collections.abc import Mapping
@@ -83,6 +84,9 @@ class CompiledExpression:
     params_bound: bool = False
     # The fields of object, oldObject, namespaceObject, request and podSpec the program can read (read_paths)
     paths: Mapping[str, frozenset[tuple[str, ...]]] = field(default_factory=dict)
+    # The text `program` was compiled from when params_bound (the params literal bound in): what a
+    # fused program (facts.Subject: one evaluation for a phase's expressions) embeds
+    bound_source: str | None = None
 
     def evaluate(self, activation: Any) -> Any:
         try:
@@ -91,11 +95,46 @@ class CompiledExpression:
             if ITERATION_BUDGET_ERROR in str(error):
                 raise CelEvaluationError(ITERATION_BUDGET_MESSAGE) from None
             raise
-        value = result.plain_value()
+        value = plain_result(result)
         # an error's plain value is its message: only a string result needs the (slower) type() check
         if type(value) is str and result.type() == cel.Type.ERROR:
             raise CelEvaluationError(_clean(value))
         return value
+
+
+_incref = ctypes.pythonapi.Py_IncRef
+_incref.argtypes = [ctypes.py_object]
+
+
+def plain_result(result: Any) -> Any:
+    """`result.plain_value()`, with the reference to None that cel-expr-python 0.1.3 drops given back.
+
+    Its plain_value() releases None once for every null in the value it returns without taking a
+    reference first; on Python 3.11 (the image's) None is not immortal, so a few thousand null
+    results (a mutation expression giving null, a list with a null) end the process with
+    "Fatal Python error: none_dealloc". Each null taken is given back here.
+    """
+    value = result.plain_value()
+    if value is None or type(value) is list or type(value) is dict:
+        for _ in range(_nulls(value)):
+            _incref(None)
+    return value
+
+
+def _nulls(value: Any) -> int:
+    """How many None a plain value holds (CEL map keys are never null)."""
+    if value is None:
+        return 1
+    count = 0
+    stack = [value]
+    while stack:  # no call per nested list: a fused program's result is a list of small lists
+        node = stack.pop()
+        for item in node.values() if type(node) is dict else node:
+            if item is None:
+                count += 1
+            elif (type(item) is list or type(item) is dict) and item:
+                stack.append(item)
+    return count
 
 
 class CelEnvironment:
@@ -173,9 +212,10 @@ class CelEnvironment:
         if params_literal is not None:
             # A newline before the closing parenthesis ends a trailing // comment. Should the bound
             # form not compile, the plain one below still runs (on a per-rule activation).
+            bound_source = f"cel.bind(params, dyn({params_literal}), {source}\n)"
             with contextlib.suppress(RuntimeError):
-                bound = self._env.compile(f"cel.bind(params, dyn({params_literal}), {source}\n)")
-                return _compiled(text, bound, references, result_type, source, params_bound=True)
+                bound = self._env.compile(bound_source)
+                return _compiled(text, bound, references, result_type, source, bound_source)
         try:
             program = self._env.compile(source) if source != text else checked
         except RuntimeError:
@@ -198,6 +238,13 @@ class CelEnvironment:
 
     def activation(self, variables: Mapping[str, Any]) -> Any:
         return self._env.Activation(variables)
+
+    def compile_program(self, text: str) -> Any:
+        """A runnable program of text the engine wrote itself (a fused program), or None if it does not compile."""
+        try:
+            return self._env.compile(text)
+        except RuntimeError:
+            return None
 
 
 # Compiled expressions are kept per accelerator configuration, for the life of the process: a
@@ -228,10 +275,10 @@ def _runtime(accelerators: Accelerators) -> tuple[Any, dict[_Key, CompiledExpres
 
 
 def _compiled(
-    text: str, program: Any, references: frozenset[str], result_type: str, source: str, params_bound: bool = False
+    text: str, program: Any, references: frozenset[str], result_type: str, source: str, bound_source: str | None = None
 ) -> CompiledExpression:
     paths = projection.read_paths(source)  # of the text that runs
-    return CompiledExpression(text, program, references, result_type, params_bound, paths)
+    return CompiledExpression(text, program, references, result_type, bound_source is not None, paths, bound_source)
 
 
 def _functions(accelerators: Accelerators) -> list[Any]:

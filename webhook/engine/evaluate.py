@@ -17,7 +17,7 @@ from typing import Any
 
 from .facts import Projection, Subject, object_accelerators, projection_for, rule_expressions
 from .limits import Budget
-from .matching import REFUSED_FOR_CONTEXT, mismatch
+from .matching import REFUSED_FOR_CONTEXT, after_gate, gate, mismatch
 from .model import (
     DEFAULT_LIMITS,
     Action,
@@ -68,8 +68,7 @@ def evaluate(
     if admission.object is not None:
         for rule in projection.mutating:
             run.mutate(rule)
-    for rule in projection.validating:
-        run.validate(rule)
+    run.validate_all(projection.validating)
     patcher = run.subject.patcher
     if patcher is not None and patcher.operations:
         decision.patch = patcher.operations
@@ -133,26 +132,35 @@ class _Run:
             entry.patch = patcher.operations[start:]
             entry.result = "mutated" if entry.patch else "pass"
 
-    def validate(self, rule: Rule) -> None:
-        assert rule.validate is not None
-        for target in self.subject.targets(rule):
-            entry = self._match(rule, target)
-            if entry is None:
-                continue
-            try:
-                messages = self._messages(rule, target)
-            except RuleError as error:
-                self._error(rule, target, entry, str(error))
-                continue
-            if messages and self._ratchets(rule):
-                already = self._old_messages(rule, target)
-                messages = [m for m in messages if m not in already]
-            if not messages:
-                entry.result = "pass"
-                continue
-            entry.result = "fail"
-            entry.message = "; ".join(messages)
-            self._record(rule, target, entry.message)
+    def validate_all(self, rules: tuple[Rule, ...]) -> None:
+        """The validating rules, in file order. The working copy no longer changes, so the plain
+        checks (matching.gate) of every rule come first, and the expressions of the rules that pass
+        run as one CEL program per target (facts.Subject.fuse_validations)."""
+        subject = self.subject
+        checked = [(rule, target, gate(subject, rule, target)) for rule in rules for target in subject.targets(rule)]
+        subject.fuse_validations([(rule, target) for rule, target, reason in checked if reason is None])
+        for rule, target, reason in checked:
+            self.validate(rule, target, reason)
+
+    def validate(self, rule: Rule, target: Target, reason: str | None) -> None:
+        """One validating rule on one target that matching.gate answered `reason` for."""
+        entry = self._match(rule, target, True, reason)
+        if entry is None:
+            return
+        try:
+            messages = self._messages(rule, target)
+        except RuleError as error:
+            self._error(rule, target, entry, str(error))
+            return
+        if messages and self._ratchets(rule):
+            already = self._old_messages(rule, target)
+            messages = [m for m in messages if m not in already]
+        if not messages:
+            entry.result = "pass"
+            return
+        entry.result = "fail"
+        entry.message = "; ".join(messages)
+        self._record(rule, target, entry.message)
 
     def _messages(self, rule: Rule, target: Target) -> list[str]:
         """The rule's validation on this target: its failure messages (none: it passes); RuleError if it errs."""
@@ -196,10 +204,14 @@ class _Run:
         return set()
 
     # -- recording -------------------------------------------------------------------------------
-    def _match(self, rule: Rule, target: Target) -> RuleTrace | None:
-        """The rule's trace entry when it matches this target, else None (traced with the reason)."""
+    def _match(self, rule: Rule, target: Target, gated: bool = False, reason: str | None = None) -> RuleTrace | None:
+        """The rule's trace entry when it matches this target, else None (traced with the reason).
+
+        `gated`: the caller asked matching.gate already, and it answered `reason`.
+        """
         try:
-            reason = mismatch(self.subject, rule, target)
+            subject = self.subject
+            reason = after_gate(subject, rule, target, reason) if gated else mismatch(subject, rule, target)
         except RuleError as error:
             # A condition that cannot be evaluated is an error under failurePolicy, never "no match":
             # otherwise an object shaped to break the condition would slip past a Fail rule.

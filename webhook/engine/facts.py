@@ -8,15 +8,12 @@ in, each computed once per state of the working copy.
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
-from .cel import CelEvaluationError, CompiledExpression
+from .cel import CelEvaluationError, CompiledExpression, plain_result
 from .limits import Budget
 from .loader import _mutation_expressions as mutation_expressions  # the loader's list, for references too
 from .model import AdmissionInput, Phase, Rule, RuleError, Target, default_priority_class
@@ -42,6 +39,17 @@ class Projection:
     # (id of an expression, namespace uid, resourceVersion) -> (the expression, the Namespace, its result), for
     # expressions of the namespace alone (Subject._namespace_result); lives as long as the rule set
     namespace_results: dict[tuple[int, str, str], tuple[CompiledExpression, Any, Any]] = field(
+        default_factory=dict, compare=False, hash=False
+    )
+    # id of a validating rule with an expression that can be fused -> (its condition, its validation,
+    # whether each reads the namespace alone); an expression that cannot (params without a CEL
+    # literal) is None and runs alone (Subject._fused_results)
+    fusion: Mapping[int, tuple[CompiledExpression | None, CompiledExpression | None, bool, bool]] = field(
+        default_factory=dict, compare=False, hash=False
+    )
+    # the fused programs of the validating phase (Subject._fused_results), by what they hold: the ids
+    # of each member's fused condition and validation (0: not fused); None when one did not compile
+    fused: dict[tuple[tuple[int, int], ...], FusedProgram | None] = field(
         default_factory=dict, compare=False, hash=False
     )
 
@@ -70,15 +78,38 @@ def projection_for(ruleset: RuleSet, candidates: tuple[Rule, ...], phase: Phase)
         cached: Projection = found[1]
         return cached
     expressions = [e for rule in candidates for e in rule_expressions(rule, phase)]
+    validating = tuple(rule for rule in candidates if rule.validate is not None) if phase != Phase.MUTATE else ()
     projection = Projection(
         merge(e.paths for e in expressions),
         frozenset(id(e) for e in expressions),
         frozenset().union(*(e.references for e in expressions)),
         tuple(rule for rule in candidates if rule.mutations) if phase != Phase.VALIDATE else (),
-        tuple(rule for rule in candidates if rule.validate is not None) if phase != Phase.MUTATE else (),
+        validating,
+        fusion=_fusion(validating),
     )
     cache[key] = (candidates, projection)
     return projection
+
+
+def _fusion(
+    rules: tuple[Rule, ...],
+) -> dict[int, tuple[CompiledExpression | None, CompiledExpression | None, bool, bool]]:
+    """Projection.fusion: the validating rules' expressions that a fused program may hold."""
+    found = {}
+    for rule in rules:
+        assert rule.validate is not None
+        condition = rule.match.condition
+        fused_condition = condition if condition is not None and condition.bound_source is not None else None
+        validation = rule.validate.expression
+        fused_validation = validation if validation.bound_source is not None else None
+        if fused_condition is not None or fused_validation is not None:
+            found[id(rule)] = (
+                fused_condition,
+                fused_validation,
+                fused_condition is not None and fused_condition.references <= NAMESPACE_VARIABLES,
+                fused_validation is not None and fused_validation.references <= NAMESPACE_VARIABLES,
+            )
+    return found
 
 
 # Variables made from the target's facts (pod specs, containers, counts): an activation whose
@@ -92,6 +123,28 @@ NAMESPACE_VARIABLES = frozenset({"namespaceObject", "params", "accelerators"})
 # Results kept per (expression, namespace version) before the table starts over (a rule set
 # has a few hundred such expressions at most; a cluster a few thousand namespaces)
 NAMESPACE_RESULTS_LIMIT = 8192
+# Fused programs kept per projection: one per set of rules that pass the plain checks (namespace,
+# selectors, gpu:) on some target, a handful in practice. Past the limit no new one is compiled
+# (compiling costs milliseconds; a stream of odd objects must not make every request pay it):
+# such requests evaluate each expression alone, as without fusion.
+FUSED_PROGRAMS_LIMIT = 64
+# the name the fused program binds a condition's result to (compile() refuses free variables, so no
+# rule's text can mean this binding)
+_FUSED_CONDITION = "gwFusedCondition"
+_MISSING = object()
+
+
+@dataclass(frozen=True, slots=True)
+class FusedProgram:
+    """Several expressions of one phase as one CEL program: `[[c, c == true ? dyn(v) : false], [v], [c], ...]`.
+
+    `members` says, per list item, which expression ids sit in it: (condition id, validation id),
+    0 where the item has none. A validation behind a condition runs only when the condition gives
+    true (the CEL conditional does not evaluate the other branch), as the rule itself would.
+    """
+
+    program: Any
+    members: tuple[tuple[int, int], ...]
 
 
 class Subject:
@@ -115,11 +168,23 @@ class Subject:
         # pod spec path -> accelerators it asks for in the object as received (Decision.accelerators)
         self._received: dict[tuple[str | int, ...], int] = {}
         self._namespace_version = namespace_version(admission.namespace_object)
+        # Set by fuse_validations once the working copy no longer changes: the validating rules'
+        # expressions are then evaluated fused
+        self.fuse = False
+        # target root -> the validating rules that passed the plain checks on it, in file order
+        self._passing: dict[tuple[str | int, ...], list[Rule]] = {}
+        # target root -> id of an expression -> its fused result
+        self._fused: dict[tuple[str | int, ...], dict[int, Any]] = {}
 
     def edit(self) -> Patcher:
-        """The patcher of the working copy, copying the object on the first edit."""
+        """The patcher of the working copy, made on the first edit.
+
+        The working copy starts as a shallow copy of the object: the patcher copies what lies
+        on an edit's path before changing it (patch.py), so the object as received (what
+        ratcheting, Decision.accelerators and the audit's diff read) stays as it was.
+        """
         if self.patcher is None:
-            self.working = copy_document(self.working)
+            self.working = dict(self.working)
             self.patcher = Patcher(self.working)
         return self.patcher
 
@@ -202,11 +267,114 @@ class Subject:
         # the check itself only once the size has passed and until the wall-clock deadline (a call saved per expression)
         if not budget.clear or (budget.deadline is not None and time.perf_counter() > budget.deadline):
             budget.check(target, self.working)
+        if self.fuse:  # only expressions the fused program holds have a result there
+            fused = self._fused.get(target.root)
+            if fused is None:
+                self._fused[target.root] = {}  # meanwhile (the conditions it asks alone): nothing fused
+                fused = self._fused[target.root] = self._fused_results(target)
+            found = fused.get(id(expression), _MISSING)
+            if found is not _MISSING:
+                return found
         if self._namespace_version is not None and expression.references <= NAMESPACE_VARIABLES:
             return self._namespace_result(rule, target, expression, self._namespace_version)
         if expression.params_bound and id(expression) in self.projection.covered:
             return evaluate_expression(expression, self._shared_activation(target))  # the common case
         return self._evaluate(rule, target, expression)
+
+    # -- fused evaluation ----------------------------------------------------------------------------
+    # The runtime costs a few µs per evaluation whatever the expression (and the engine's Python
+    # around each call as much again); a GPU pod's /validate makes ~20. While the validating rules
+    # run, the working copy does not change, so the conditions and validations of every rule that
+    # passes the plain checks on a target run as ONE program on the shared activation, and each
+    # rule then reads its own result. Any error in the fused program (one rule's expression, or the
+    # iteration budget, which counts the whole program) drops the fused results: every expression is
+    # then evaluated alone, exactly as without fusion, so an error is reported by its own rule only.
+
+    def fuse_validations(self, passing: list[tuple[Rule, Target]]) -> None:
+        """From now on the working copy does not change: the expressions of these (rule, target)
+        pairs, the validating rules that passed matching.gate, are evaluated fused per target."""
+        for rule, target in passing:
+            self._passing.setdefault(target.root, []).append(rule)
+        self.fuse = True
+
+    def _fused_results(self, target: Target) -> dict[int, Any]:
+        """id of an expression -> its result, for the validating rules' expressions on this target."""
+        members: list[tuple[int, int]] = []
+        # an expression of the namespace alone is answered from the namespace answers, not fused
+        by_namespace = self._namespace_version is not None
+        fusion = self.projection.fusion
+        for rule in self._passing.get(target.root, ()):
+            fusible = fusion.get(id(rule))
+            if fusible is None:
+                continue
+            fusible_condition, fusible_validation, condition_alone, validation_alone = fusible
+            condition = rule.match.condition
+            fused_condition = fusible_condition is not None and not (by_namespace and condition_alone)
+            if condition is not None and not fused_condition and not self._condition_holds(rule, target, condition):
+                continue  # the rule will not reach its validation (or its condition errs on its own turn)
+            fused_validation = fusible_validation is not None and not (by_namespace and validation_alone)
+            if fused_condition or fused_validation:
+                members.append(
+                    (
+                        id(fusible_condition) if fused_condition else 0,
+                        id(fusible_validation) if fused_validation else 0,
+                    )
+                )
+        if len(members) < 2:
+            return {}  # nothing to share a call with
+        fused = self._fused_program(tuple(members))
+        if fused is None:
+            return {}
+        try:
+            values = plain_result(fused.program.eval(self._shared_activation(target)))
+        except Exception:  # the iteration budget (RuntimeError) or a helper's failure: evaluate alone
+            return {}
+        if type(values) is not list or len(values) != len(fused.members):
+            return {}  # an error: its plain value is its message
+        results: dict[int, Any] = {}
+        for (condition_id, validation_id), value in zip(fused.members, values, strict=True):
+            if condition_id:
+                results[condition_id] = value[0]
+                if validation_id and value[0] is True:
+                    results[validation_id] = value[1]
+            elif validation_id:
+                results[validation_id] = value[0]
+        return results
+
+    def _condition_holds(self, rule: Rule, target: Target, condition: CompiledExpression) -> bool:
+        """Whether a condition the fused program does not hold (kept per namespace version, or per
+        rule) is true; an error counts as no, and the rule meets it again on its own turn."""
+        try:
+            return self.eval(rule, target, condition) is True
+        except RuleError:
+            return False
+
+    def _fused_program(self, members: tuple[tuple[int, int], ...]) -> FusedProgram | None:
+        programs = self.projection.fused
+        if members in programs:
+            return programs[members]
+        if len(programs) >= FUSED_PROGRAMS_LIMIT:
+            return None
+        texts: dict[int, str] = {}
+        for rule in self.projection.validating:
+            for expression in (rule.match.condition, rule.validate.expression if rule.validate else None):
+                if expression is not None and expression.bound_source is not None:
+                    texts[id(expression)] = expression.bound_source
+        items = []
+        for condition_id, validation_id in members:
+            if condition_id and validation_id:
+                items.append(
+                    # dyn(): the checker wants one type for both branches, and any condition type may meet
+                    # `true`. Not null in the other branch: nothing to give back to None (cel.plain_result)
+                    f"cel.bind({_FUSED_CONDITION}, dyn({texts[condition_id]}), "
+                    f"[{_FUSED_CONDITION}, {_FUSED_CONDITION} == true ? dyn({texts[validation_id]}) : false])"
+                )
+            else:
+                items.append(f"[{texts[condition_id or validation_id]}]")
+        program = self.ruleset.env.compile_program("[" + ", ".join(items) + "]")
+        fused = None if program is None else FusedProgram(program, members)
+        programs[members] = fused
+        return fused
 
     def _namespace_result(
         self, rule: Rule, target: Target, expression: CompiledExpression, version: tuple[str, str]
@@ -439,29 +607,3 @@ def edits_containers(operations: list[dict[str, Any]], target: Target) -> bool:
         if "ontainers" in path or "resourceClaims" in path or any(spec.startswith(path + "/") for spec in specs):
             return True  # into (init)containers or DRA claims, or an ancestor of the pod spec replaced
     return False
-
-
-def copy_document(document: dict[str, Any]) -> dict[str, Any]:
-    try:
-        return orjson.loads(orjson.dumps(document))  # type: ignore[no-any-return]
-    except (TypeError, orjson.JSONEncodeError):
-        # values JSON cannot carry (YAML timestamps, huge ints), or nesting past the 255 levels
-        # orjson writes (it reads 1,024): copy without recursion, whatever the depth
-        return _deep_copy(document)
-
-
-def _deep_copy(document: dict[str, Any]) -> dict[str, Any]:
-    root: dict[str, Any] = {}
-    stack: list[tuple[Any, Any]] = [(document, root)]
-    while stack:
-        source, target = stack.pop()
-        items = source.items() if isinstance(source, dict) else enumerate(source)
-        for key, value in items:
-            if isinstance(value, dict | list):
-                child: Any = {} if isinstance(value, dict) else [None] * len(value)
-                stack.append((value, child))
-                value = child
-            elif not isinstance(value, str | int | float | bool | type(None)):
-                value = copy.deepcopy(value)  # a leaf of another type (date, Decimal): shallow depth
-            target[key] = value
-    return root

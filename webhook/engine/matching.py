@@ -10,10 +10,13 @@ facts.Subject.targets.)
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from .facts import Subject
 from .model import NO_NAMESPACE_CONTEXT, Rule, Target
 from .workloads import get_path
+
+if TYPE_CHECKING:
+    from .facts import Subject
 
 REFUSED_FOR_CONTEXT = f"{NO_NAMESPACE_CONTEXT} (onMissingContext: Deny)"
 
@@ -24,6 +27,23 @@ def mismatch(subject: Subject, rule: Rule, target: Target) -> str | None:
     A match condition that cannot be evaluated raises RuleError (the caller applies
     failurePolicy), never "no match": otherwise an object shaped to break the condition
     would slip past the rule.
+    """
+    return after_gate(subject, rule, target, gate(subject, rule, target))
+
+
+def after_gate(subject: Subject, rule: Rule, target: Target, reason: str | None) -> str | None:
+    """`mismatch` once `gate` gave `reason`: the CEL condition, if the plain checks passed."""
+    condition = rule.match.condition
+    if reason is None and condition is not None and subject.eval(rule, target, condition) is not True:
+        return "condition is false"
+    return reason
+
+
+def gate(subject: Subject, rule: Rule, target: Target) -> str | None:
+    """Everything `mismatch` checks but the CEL condition: None when the rule gets that far, else why not.
+
+    Plain Python on the namespace, the labels and the target's facts. The validating phase asks
+    it for every rule first (evaluate.py), so that the rules that pass share one CEL program.
     """
     match = rule.match
     admission = subject.admission
@@ -43,8 +63,6 @@ def mismatch(subject: Subject, rule: Rule, target: Target) -> str | None:
     if match.gpu is not None and subject.facts(target).accelerated() != match.gpu:
         # an unresolved DRA claim counts as an accelerator (resources.py explains why)
         return "requests no accelerators (gpu: true)" if match.gpu else "requests accelerators (gpu: false)"
-    if match.condition is not None and subject.eval(rule, target, match.condition) is not True:
-        return "condition is false"
     return None
 
 

@@ -122,10 +122,11 @@ class ByResource:
     resource_claims: bool
     args: Mapping[str, Any]
 
-    def applies(self, pod_spec: Any) -> bool:
+    def applies(self, pod_spec: Any, names: set[str] | None = None) -> bool:
+        """`names`: resource_names(pod_spec), when the caller has them (one walk for a whole table)."""
         if self.resource_claims and isinstance(pod_spec, Mapping) and pod_spec.get("resourceClaims"):
             return True
-        return any(name.startswith(self.prefix) for name in resource_names(pod_spec))
+        return any(name.startswith(self.prefix) for name in (resource_names(pod_spec) if names is None else names))
 
     @classmethod
     def table(cls, rows: Any, build: Callable[[Mapping[str, Any]], Mapping[str, Any]]) -> tuple[ByResource, ...]:
@@ -160,9 +161,10 @@ def _wanted(
     if single is not None:
         return [single]
     pod_spec = ctx.patcher.get(spec_path)
+    names = resource_names(pod_spec) if table else set()  # once for the table, not once per row
     wanted: list[Mapping[str, Any]] = []
     for row in table:
-        if row.applies(pod_spec) and row.args not in wanted:
+        if row.applies(pod_spec, names) and row.args not in wanted:
             wanted.append(row.args)
     return wanted
 

@@ -4,6 +4,12 @@ The apiserver applies our patch to the object it sent, operation by operation. E
 operation here is computed against the working copy as it stands after the previous
 ones and applied to it at once, so the recorded sequence applies cleanly by
 construction. A missing parent is created together with its child, in one `add`.
+
+Copy on write: the document's root is the patcher's own, and everything below it may be
+shared with the object as received (facts.Subject hands it a shallow copy of the root). An edit
+first copies the maps and lists along its path that the patcher did not make itself, so the
+received object is never changed, and a request's few edits copy a few small containers
+instead of the whole object (managedFields and status included).
 """
 
 from __future__ import annotations
@@ -17,6 +23,22 @@ class Patcher:
     def __init__(self, document: dict[str, Any]) -> None:
         self.document = document
         self.operations: list[dict[str, Any]] = []
+        # The containers this patcher may edit in place: the root, and the copies it made. Kept with
+        # the objects themselves, so that no id here can be reused by another object meanwhile.
+        self._own: dict[int, Any] = {id(document): document}
+
+    def _owned(self, path: Path) -> Any:
+        """The container at `path` (every step present), copying each one on the way that is not our own."""
+        node: Any = self.document
+        own = self._own
+        for part in path:
+            child = node[part]
+            if id(child) not in own:
+                child = dict(child) if isinstance(child, dict) else list(child)
+                node[part] = child
+                own[id(child)] = child
+            node = child
+        return node
 
     def get(self, path: Path) -> Any:
         return get_path(self.document, path)
@@ -46,17 +68,17 @@ class Patcher:
             for part in reversed(path[existing + 1 :]):
                 nested = {part: nested}
             self._record("add", path[: existing + 1], nested)
-            node[path[existing]] = nested
+            self._owned(parent_path[:existing])[path[existing]] = nested
             return
         if isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
             self._record("replace", path, value)  # an existing list item (addEnv override)
-            node[key] = value
+            self._owned(parent_path)[key] = value
             return
         if not isinstance(node, dict):
             raise PatchConflict(f"cannot set {to_pointer(path)}: parent is not an object")
         op = "replace" if key in node else "add"
         self._record(op, path, value)
-        node[key] = value
+        self._owned(parent_path)[key] = value
 
     def append(self, path: Path, item: Any) -> None:
         """Append to a list, creating it (and missing parents) when absent."""
@@ -67,14 +89,14 @@ class Patcher:
         if not isinstance(current, list):
             raise PatchConflict(f"cannot append to {to_pointer(path)}: not a list")
         self._record("add", (*path, "-"), item)
-        current.append(item)
+        self._owned(path).append(item)
 
     def remove(self, path: Path) -> None:
         parent = self.get(path[:-1])
         key = path[-1]
         if isinstance(parent, dict) and key in parent:
             self._record("remove", path, None)
-            del parent[key]
+            del self._owned(path[:-1])[key]
 
     def _record(self, op: str, path: Path, value: Any) -> None:
         entry: dict[str, Any] = {"op": op, "path": to_pointer(path)}

@@ -23,7 +23,7 @@ def get_path(document: Any, path: Path) -> Any:
             if not isinstance(node, list) or not 0 <= part < len(node):
                 return None
             node = node[part]
-        elif isinstance(node, Mapping):
+        elif type(node) is dict or isinstance(node, Mapping):  # JSON's dict first: an ABC check costs more
             node = node.get(part)
         else:
             return None
