@@ -95,6 +95,7 @@ SLOW: dict[str, str] = {
     "tests/authoring/test_user_errors.py": "runs the CLI as a subprocess, as a user would",
     "tests/authoring/test_suites.py::test_console_script": "subprocess",
     "tests/authoring/test_cli.py::test_version": "subprocess",
+    "tests/engine/test_null_results.py": "a fresh interpreter evaluating thousands of null results",
     "tests/audit/test_cli_loading.py::test_audit_does_not_import_the_server_or_the_exporter": "subprocess",
     "tests/audit/test_context_and_errors.py::test_concatenated_examples_are_fourteen_objects": "subprocess",
     "tests/export/test_cli.py": "runs `gpu-webhook export` as a subprocess",

@@ -55,3 +55,17 @@ def test_many_null_results_leave_none_alone(tmp_path: Path) -> None:
     rounds, drift = map(int, done.stdout.split())
     assert rounds > 1000
     assert abs(drift) < 50  # 1,000 evaluations, 3 nulls each: no steady loss
+
+
+def test_the_export_runtime_gives_none_back_too() -> None:
+    # The stand-in apiserver of the export tests evaluates exported policies on its own
+    # environment (export/celenv.py); a drift is visible long before it would end the process.
+    from webhook.export.celenv import NativeEnvironment
+
+    environment = NativeEnvironment()
+    program = environment.compile("[null, {'a': null}, object.missing]")
+    variables = {"object": {"missing": None}}
+    before = sys.getrefcount(None)
+    for _ in range(1000):
+        assert environment.evaluate(program, variables) == [None, {"a": None}, None]
+    assert abs(sys.getrefcount(None) - before) < 50

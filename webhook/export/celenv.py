@@ -27,6 +27,7 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_strings
 from jsonpointer import escape
 
+from webhook.engine.cel import plain_result
 from webhook.engine.quantity import QuantityError, parse_quantity, quantity_of
 
 VARIABLES = ("object", "oldObject", "request", "namespaceObject", "params", "variables")
@@ -132,7 +133,7 @@ class NativeEnvironment:
         result = program.eval(data={name: variables.get(name) for name in VARIABLES})
         if result.type() == cel.Type.ERROR:
             raise EvaluationFailed(str(result.value()))
-        return result.plain_value()
+        return plain_result(result)  # not plain_value(): see engine/cel.plain_result
 
 
 class EvaluationFailed(RuntimeError):
