@@ -101,3 +101,15 @@ def test_params_without_a_cel_literal_keep_a_program_of_their_own(tmp_path: Path
     }
     for _ in range(2):  # the second time from the per-namespace answers
         assert _denied_by(ruleset, gpu_pod(), namespace) == ["needs-owner"]
+
+
+def test_fused_programs_are_kept_across_loads_too(tmp_path: Path) -> None:
+    # the engine compiles a phase's fused program on the first request that needs it (~13 ms):
+    # a reload that kept the rules must not make the next requests pay that again
+    rule = RULE.format(name="needs-team", params="{label: team}", expression="params.label in object.metadata.labels")
+    first = _load(tmp_path / "a", rule)
+    second = _load(tmp_path / "b", rule)
+    text = "[[object.kind == 'Pod'], [has(object.metadata.labels)]]"
+    program = first.env.compile_program(text)
+    assert program is not None and second.env.compile_program(text) is program
+    assert first.env.compile_program("[object.kind ==]") is None  # not CEL: evaluated alone instead
