@@ -13,10 +13,20 @@ not a mapping or a list. tests/audit/test_blockyaml.py compares both on generate
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 _CACHE_LIMIT = 1 << 14  # distinct scalars remembered; cleared when full (memory stays flat)
+
+# Strings PyYAML writes plain, as they are, without asking its dumper (a pod's name, an image):
+# a letter, then letters, digits and `_./-`, so no indicator, space or line break (Emitter.analyze_scalar
+# allows them plain). The implicit resolvers that start with a letter are YAML 1.1's booleans and
+# nulls (Resolver: bool on yYnNtTfFoO, null on nN~), so only those words would come out quoted.
+_PLAIN = re.compile(r"[A-Za-z][A-Za-z0-9_./-]*")
+_WORDS = frozenset(
+    f(w) for w in ("yes", "no", "true", "false", "on", "off", "null") for f in (str, str.title, str.upper)
+)
 
 
 class _Unsure(Exception):
@@ -55,8 +65,11 @@ class Writer:
         except KeyError:
             if len(self.values) >= _CACHE_LIMIT:
                 self.values.clear()
-            written = self.dump({"k": value}, 1 << 20)  # one line, unless the scalar has line breaks
-            text = written[3:-1] if written.startswith("k: ") and written.count("\n") == 1 else None
+            if kind is str and _PLAIN.fullmatch(value) and value not in _WORDS:
+                text = value
+            else:
+                written = self.dump({"k": value}, 1 << 20)  # one line, unless the scalar has line breaks
+                text = written[3:-1] if written.startswith("k: ") and written.count("\n") == 1 else None
             self.values[key] = text
         except TypeError:  # unhashable: not a scalar
             raise _Unsure from None
