@@ -181,6 +181,16 @@ def plain_yaml_lines(value: Any, width: int = 80) -> list[str]:
     return lines if lines is not None else pyyaml_dump(value, width).splitlines(keepends=True)
 
 
+def plain_yaml_pair(before: Any, after: Any, width: int = 80) -> tuple[list[str], list[str]]:
+    """plain_yaml_lines of both sides of a diff; what `after` shares with `before` is written once."""
+    first, second = BLOCK_WRITER.pair(before, after, width)
+    if first is None:
+        first = pyyaml_dump(before, width).splitlines(keepends=True)
+    if second is None:
+        second = pyyaml_dump(after, width).splitlines(keepends=True)
+    return first, second
+
+
 def pyyaml_dump(value: Any, width: int) -> str:
     """plain_yaml through PyYAML's dumper alone (what BLOCK_WRITER copies, and falls back to)."""
     stream = io.StringIO()

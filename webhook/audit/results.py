@@ -19,7 +19,7 @@ from typing import Any
 from webhook.engine import Mode, Phase, Result, RuleOutcome, RuleSet, evaluate
 from webhook.engine.model import DEFAULT_LIMITS, NO_NAMESPACE_CONTEXT, SEVERITY, Limits
 
-from .context import NamespaceContext, plain_yaml_lines
+from .context import NamespaceContext, plain_yaml_pair
 from .sources import Item
 
 # what a report counts, worst first (Result's own order); `skip` only counts rules that were
@@ -113,8 +113,7 @@ class ObjectResult:
             return self.rendered_diff
         if self.mutated is None:
             return ""
-        before = plain_yaml_lines(self.original)
-        after = plain_yaml_lines(self.mutated)
+        before, after = plain_yaml_pair(self.original, self.mutated)
         return "".join(difflib.unified_diff(before, after, "submitted", "after mutation", n=2))
 
 
