@@ -29,7 +29,8 @@ _PASS_RANK = SEVERITY[Result.PASS]
 # the worst of PASS and the outcomes' results: an object is `pass` when its rules passed or were skipped
 _BY_RANK = [min(result, Result.PASS, key=SEVERITY.__getitem__) for result in sorted(SEVERITY, key=SEVERITY.__getitem__)]
 _RESULT, _BLOCKS, _REASON = attrgetter("result"), attrgetter("blocks"), attrgetter("reason")
-_RULE_RESULT = attrgetter("rule", "result")
+_RULE_RESULT, _PATCH = attrgetter("rule", "result"), attrgetter("patch")
+_SIGNATURES = 1 << 12  # distinct sequences of outcomes kept before they are folded into counts per rule
 
 # The server's per-request time budget guards it against costly objects; offline, a report must
 # not depend on how busy the machine is (a loaded CI runner turned passes into errors), so audit
@@ -172,7 +173,10 @@ class Tally:
     gpus_affected: int = 0
     namespaces: dict[str, Counter[str]] = field(default_factory=dict)  # namespace -> result -> objects
     namespace_gpus_affected: Counter[str] = field(default_factory=Counter)
-    # per rule, folded into `rules` when a report reads it: (rule, result) -> objects, counted in C
+    # per rule: objects counted by the sequence of their (rule, result) pairs (and which rules patched), one dict
+    # update per object, folded into (rule, result) -> objects when a report reads `rules` (or when
+    # there are many sequences: memory stays bounded)
+    signatures: dict[tuple[tuple[tuple[str, Result], ...], tuple[bool, ...] | None], int] = field(default_factory=dict)
     rule_results: Counter[tuple[str, Result]] = field(default_factory=Counter)
     rule_patched: Counter[str] = field(default_factory=Counter)
     rule_gpus_affected: Counter[str] = field(default_factory=Counter)
@@ -191,10 +195,17 @@ class Tally:
             counts = self.namespaces[namespace] = Counter()
         counts[worst] += 1
         outcomes = result.outcomes
-        self.rule_results.update(map(_RULE_RESULT, outcomes))
+        pairs = tuple(map(_RULE_RESULT, outcomes))
+        signature: tuple[tuple[tuple[str, Result], ...], tuple[bool, ...] | None]
         if result.patch:
             self.patched_objects += 1
-            self.rule_patched.update([o.rule for o in outcomes if o.patch])
+            signature = (pairs, tuple(map(bool, map(_PATCH, outcomes))))
+        else:
+            signature = (pairs, None)
+        signatures = self.signatures
+        signatures[signature] = signatures.get(signature, 0) + 1
+        if len(signatures) > _SIGNATURES:
+            self.fold()
         if worst is not Result.PASS and worst is not Result.SKIP:
             self.gpus_affected += gpus
             self.namespace_gpus_affected[namespace] += gpus
@@ -203,9 +214,21 @@ class Tally:
                     if outcome.result is not Result.PASS and outcome.result is not Result.SKIP:
                         self.rule_gpus_affected[outcome.rule] += gpus
 
+    def fold(self) -> None:
+        """Move the counts per sequence of outcomes into the counts per rule."""
+        for (pairs, patched), objects in self.signatures.items():
+            for pair in pairs:
+                self.rule_results[pair] += objects
+            if patched is not None:
+                for (name, _), edited in zip(pairs, patched, strict=True):
+                    if edited:
+                        self.rule_patched[name] += objects
+        self.signatures.clear()
+
     @property
     def rules(self) -> dict[str, RuleCount]:
         """Counts per rule (every rule with an outcome in the report), in first-seen order."""
+        self.fold()
         rules: dict[str, RuleCount] = {}
         for (name, outcome), objects in self.rule_results.items():
             count = rules.get(name)
