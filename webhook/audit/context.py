@@ -79,9 +79,11 @@ class NamespaceContext:
         return True
 
     def namespace_of(self, obj: Mapping[str, Any] | None) -> str | None:
-        if not isinstance(obj, Mapping) or obj.get("kind") in CLUSTER_SCOPED:
+        # dicts are checked first: isinstance of an ABC costs a Python call, once per audited object
+        if not (obj.__class__ is dict or isinstance(obj, Mapping)) or obj.get("kind") in CLUSTER_SCOPED:
             return None
-        metadata = given if isinstance(given := obj.get("metadata"), Mapping) else {}
+        given = obj.get("metadata")
+        metadata = given if given.__class__ is dict or isinstance(given, Mapping) else {}
         found = metadata.get("namespace")
         return found if isinstance(found, str) and found else self.default_namespace
 
@@ -116,7 +118,7 @@ def _with_namespace(obj: dict[str, Any] | None, namespace: str | None) -> dict[s
     if obj is None or not namespace:
         return obj
     metadata = obj.get("metadata")
-    if isinstance(metadata, Mapping) and metadata.get("namespace"):
+    if (metadata.__class__ is dict or isinstance(metadata, Mapping)) and metadata.get("namespace"):
         return obj
     return {**obj, "metadata": {**(metadata if isinstance(metadata, Mapping) else {}), "namespace": namespace}}
 

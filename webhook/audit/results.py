@@ -48,7 +48,8 @@ class ObjectRef:
 
     @classmethod
     def of(cls, obj: Mapping[str, Any], namespace: str | None = None) -> ObjectRef:
-        metadata = given if isinstance(given := obj.get("metadata"), Mapping) else {}
+        given = obj.get("metadata")  # a dict (checked first: isinstance of an ABC costs a Python call)
+        metadata = given if given.__class__ is dict or isinstance(given, Mapping) else {}
         return cls(
             api_version=str(obj.get("apiVersion", "")),
             kind=str(obj.get("kind", "")),
@@ -133,21 +134,22 @@ def audit(
     (--no-diff) no report shows a diff: rendering one is most of the cost of a patched object.
     """
     context = context if context is not None else NamespaceContext()
+    take, admission_of, rendered = context.take, context.admission, None if diffs else ""
     for item in items:
-        if context.take(item.object):
+        given = item.object
+        if take(given):
             continue
-        admission = context.admission(item.object)
-        decision = evaluate(ruleset, admission, phase=Phase.ALL, mode=mode, trace=True, limits=AUDIT_LIMITS)
-        obj = admission.object or item.object
+        admission = admission_of(given)
+        decision = evaluate(ruleset, admission, Phase.ALL, mode, True, AUDIT_LIMITS)
         yield ObjectResult(
-            ref=ObjectRef.of(item.object, admission.namespace),
-            origin=item.origin,
-            gpus=decision.accelerators,
-            outcomes=[o for o in decision.outcomes() if o.result is not _SKIP or o.reason == NO_NAMESPACE_CONTEXT],
-            patch=decision.patch,
-            original=obj,
-            mutated=decision.mutated,
-            rendered_diff=None if diffs else "",
+            ObjectRef.of(given, admission.namespace),
+            item.origin,
+            decision.accelerators,
+            [o for o in decision.outcomes() if o.result is not _SKIP or o.reason == NO_NAMESPACE_CONTEXT],
+            decision.patch,
+            admission.object or given,
+            decision.mutated,
+            rendered,
         )
 
 
