@@ -3,8 +3,8 @@
 The surrounding document is written by hand so that no list of objects is ever held:
 each object is serialised on arrival and forgotten. `object_entry` is what an object's entry
 holds; the JSON report writes the bytes `orjson.dumps(object_entry(result))` would give without
-building the dictionaries: a rule's entry repeats across objects (`pass`, the same message), so
-its bytes are made once, and the report goes out in blocks of about 64 KiB.
+building the dictionaries: a rule's entry without messages repeats across objects (`pass`), so
+its bytes are made once; and the report goes out in blocks of about 64 KiB.
 """
 
 from __future__ import annotations
@@ -96,7 +96,9 @@ class JsonReport:
         return b"".join(parts)
 
     def rule(self, outcome: RuleOutcome) -> bytes:
-        key = (outcome.rule, outcome.result, outcome.messages, outcome.reason, bool(outcome.patch), outcome.blocks)
+        if outcome.messages:  # messages name the object: seldom the same twice, not worth keeping
+            return orjson.dumps(_rule(outcome))
+        key = (outcome.rule, outcome.result, outcome.reason, bool(outcome.patch), outcome.blocks)
         found = self.rules.get(key)
         if found is None:
             if len(self.rules) >= _RULE_CACHE_LIMIT:
