@@ -20,8 +20,20 @@ from ..results import ObjectResult, Tally
 
 
 def object_entry(result: ObjectResult) -> dict[str, Any]:
+    entry = _head(result)
+    entry["rules"] = [_rule(o) for o in result.outcomes]
+    if result.patch:
+        entry["patch"] = result.patch
+        diff = result.diff()
+        if diff:  # not with --no-diff
+            entry["diff"] = diff
+    return entry
+
+
+def _head(result: ObjectResult) -> dict[str, Any]:
+    """What an entry says before its rules: the object and its result."""
     ref = result.ref
-    entry: dict[str, Any] = {
+    return {
         "apiVersion": ref.api_version,
         "kind": ref.kind,
         "namespace": ref.namespace or None,
@@ -29,14 +41,7 @@ def object_entry(result: ObjectResult) -> dict[str, Any]:
         "origin": result.origin,
         "gpus": result.gpus,
         "result": result.worst.value,
-        "rules": [_rule(o) for o in result.outcomes],
     }
-    if result.patch:
-        entry["patch"] = result.patch
-        diff = result.diff()
-        if diff:  # not with --no-diff
-            entry["diff"] = diff
-    return entry
 
 
 def _rule(outcome: RuleOutcome) -> dict[str, Any]:
@@ -74,18 +79,8 @@ class JsonReport:
 
     def entry(self, result: ObjectResult) -> bytes:
         """orjson.dumps(object_entry(result), default=str), byte for byte (tests/audit/test_report_bytes.py)."""
-        ref = result.ref
-        head = {
-            "apiVersion": ref.api_version,
-            "kind": ref.kind,
-            "namespace": ref.namespace or None,
-            "name": ref.name,
-            "origin": result.origin,
-            "gpus": result.gpus,
-            "result": result.worst.value,
-        }
         # the head's `}` gives way to the rules (then the patch and diff), as object_entry orders them
-        parts = [orjson.dumps(head)[:-1], b',"rules":[', b",".join([self.rule(o) for o in result.outcomes]), b"]"]
+        parts = [orjson.dumps(_head(result))[:-1], b',"rules":[', b",".join([self.rule(o) for o in result.outcomes]), b"]"]
         if result.patch:
             # OPT_PASSTHROUGH_DATETIME is not set: YAML timestamps come out as RFC 3339 strings
             parts += (b',"patch":', orjson.dumps(result.patch, default=str))
