@@ -1,7 +1,7 @@
 """Every report format, byte for byte, against what the audit wrote before its speed work (issue 15).
 
-The corpus mixes what the fast paths must not change: pods, Jobs, Deployments, PyTorchJobs and a
-List through rapidyaml; files that take the libyaml path (YAML 1.1 words, octals, anchors, a
+The corpus mixes what the fast paths must not change: the bench's pods, Jobs, Deployments and
+PyTorchJobs (bench/audit_data.py, varied) and a List through rapidyaml; files that take the libyaml path (YAML 1.1 words, octals, anchors, a
 timestamp, a quoted number); a JSON file; Namespace objects as context; objects without a
 namespace, with a uid, with generateName, cluster-scoped ones; skipped documents (notes) and
 broken files (problems). The expected reports in fixtures/report-bytes/ were written by the
@@ -21,64 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from bench.audit_data import DEPLOYMENT, JOB, POD, PYTORCHJOB
 from tests.audit.conftest import EXTRA_RULES, NS_RULES, PACK_RULES
 
 EXPECTED = Path(__file__).parent / "fixtures" / "report-bytes"
 RECORD = bool(os.environ.get("GPU_WEBHOOK_RECORD"))
 
-POD = """apiVersion: v1
-kind: Pod
-metadata:
-  name: pod-{i}
-{namespace}  labels: {{app: bench, team: t{t}}}
-spec:
-  containers:
-    - name: main
-      image: nvcr.io/nvidia/pytorch:24.05-py3
-      resources:
-        requests: {{cpu: "4", memory: 16Gi, nvidia.com/gpu: {req}}}
-        limits: {{memory: 16Gi, nvidia.com/gpu: {gpus}}}
-    - name: sidecar
-      image: busybox
-      env: [{{name: {variable}, value: all}}]
----
-"""
-JOB = """apiVersion: batch/v1
-kind: Job
-metadata: {{name: job-{i}, namespace: {ns}, labels: {{kueue.x-k8s.io/queue-name: q{i}}}}}
-spec:
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-        - name: main
-          image: cuda:12
-          resources: {{limits: {{nvidia.com/gpu: {gpus}}}}}
----
-"""
-DEPLOYMENT = """apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: web-{i}, namespace: {ns}, uid: u-{i}}}
-spec:
-  selector: {{matchLabels: {{app: web}}}}
-  template:
-    metadata: {{labels: {{app: web}}}}
-    spec:
-      containers: [{{name: web, image: nginx, resources: {{requests: {{cpu: 100m}}}}}}]
----
-"""
-PYTORCHJOB = """apiVersion: kubeflow.org/v1
-kind: PyTorchJob
-metadata: {{generateName: llm-, namespace: {ns}}}
-spec:
-  pytorchReplicaSpecs:
-    Worker:
-      replicas: 3
-      template:
-        spec:
-          containers: [{{name: pytorch, image: torch, resources: {{limits: {{nvidia.com/gpu: {gpus}}}}}}}]
----
-"""
 # the libyaml path: YAML 1.1 words, an octal, an anchor and alias, a timestamp, a quoted "yes"
 OLD_STYLE = """apiVersion: v1
 kind: Pod
@@ -124,26 +72,32 @@ just: a map
 
 
 def corpus(root: Path) -> None:
+    """The bench's own templates (bench/audit_data.py), moved to the namespaces of NS_RULES and varied."""
     root.mkdir(parents=True)
-    namespaces = ("", "  namespace: open\n", "  namespace: locked\n", "  namespace: team-7\n")
+    places = ("", "open", "locked", "team-7")
     pods = []
     for i in range(16):
         differs, visible, gpus = i % 7 == 0, i % 5 == 0, i % 4
-        pods.append(
-            POD.format(
-                i=i,
-                namespace=namespaces[i % 4],
-                t=i % 3,
-                gpus=gpus,
-                req=gpus + 1 if differs else gpus,
-                variable="NVIDIA_VISIBLE_DEVICES" if visible else "LOG_LEVEL",
-            )
+        pod = POD.format(
+            i=i,
+            ns=i,
+            gpus=gpus,
+            req=gpus + 1 if differs else gpus,
+            variable="NVIDIA_VISIBLE_DEVICES" if visible else "LOG",
         )
+        place = places[i % 4]  # none: -n open gives it one, as kubectl apply -n does
+        pods.append(pod.replace(f"  namespace: team-{i}\n", f"  namespace: {place}\n" if place else ""))
     (root / "10-pods.yaml").write_text("".join(pods))
-    mixed = [
-        (JOB, DEPLOYMENT, PYTORCHJOB)[i % 3].format(i=i, ns=("open", "locked", "team-7")[i % 3], gpus=i % 5)
-        for i in range(9)
-    ]
+    mixed = []
+    for i in range(9):
+        template = (JOB, DEPLOYMENT, PYTORCHJOB)[i % 3].format(i=i, ns=i, gpus=i % 5)
+        template = template.replace(f"namespace: team-{i}", f"namespace: {places[1 + i % 3]}")
+        # a Kueue queue label on Jobs, a uid on Deployments, generateName on PyTorchJobs
+        template = template.replace(
+            f"{{name: job-{i},", f"{{labels: {{kueue.x-k8s.io/queue-name: q{i}}}, name: job-{i},"
+        )
+        template = template.replace(f"{{name: web-{i},", f"{{uid: u-{i}, name: web-{i},")
+        mixed.append(template.replace(f"{{name: llm-{i},", "{generateName: llm-,"))
     (root / "20-workloads.yaml").write_text("".join(mixed))
     (root / "30-old-style.yaml").write_text(OLD_STYLE)
     (root / "40-misc.yaml").write_text(MISC)
