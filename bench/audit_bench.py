@@ -21,7 +21,8 @@ source tree of the `webhook` package (e.g. `git archive <commit> webhook | tar -
 run with this interpreter, so that before/after ratios come from one run on one machine.
 `--big 1000000` runs that size first, with the two rules and this code only (memory must stay
 flat: the peak RSS column shows it).
-Children run without PYTHONDONTWRITEBYTECODE, as an installed package (with bytecode) runs.
+Children run without PYTHONDONTWRITEBYTECODE and PYTHONUNBUFFERED, as an installed package runs
+(with bytecode, stdout buffered).
 """
 
 from __future__ import annotations
@@ -44,10 +45,16 @@ RULES = {"two": ROOT / "bench" / "rules-two", "pack": ROOT / "rules"}
 TAIL = 1 << 20  # bytes of the report kept: the summary is written last
 
 
+def child_env() -> dict[str, str]:
+    """The environment an audit runs in as a user runs it: with bytecode, and stdout buffered
+    (PYTHONUNBUFFERED, set in some shells and CI images, makes every write a system call)."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED")}
+
+
 def run_audit(inputs: list[str], rules: Path, output: str, extra: list[str], source: str | None) -> dict[str, object]:
     command = [sys.executable, "-m", "webhook.cli", "audit", *inputs, "--rules", str(rules), "-o", output, *extra]
     command = [sys.executable, str(LAUNCHER), *command]  # CPU and peak RSS of the audit alone
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = child_env()
     if source:
         env["PYTHONPATH"] = source  # ahead of the editable install: that tree's `webhook` runs
     started = time.perf_counter()

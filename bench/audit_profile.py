@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from bench import audit_data
-from bench.audit_bench import RULES
+from bench.audit_bench import RULES, child_env
 from bench.profile import count_samples
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,7 +86,9 @@ def record(size: int, rules: str, extra: list[str], out: Path) -> None:
         audit_data.pods(Path(tmp), size)
         command = [sys.executable, "-m", "webhook.cli", "audit", tmp, "--rules", str(RULES[rules]), "-o", "json"]
         spy = [_py_spy(), "record", "-r", "200", "-f", "raw", "-o", str(out), "--", *command, *extra]
-        subprocess.run(spy, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, timeout=3600)
+        subprocess.run(
+            spy, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, timeout=3600, env=child_env()
+        )
 
 
 def main() -> None:

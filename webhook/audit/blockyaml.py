@@ -13,10 +13,37 @@ not a mapping or a list. tests/audit/test_blockyaml.py compares both on generate
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 _CACHE_LIMIT = 1 << 14  # distinct scalars remembered; cleared when full (memory stays flat)
+
+# Strings PyYAML writes plain, as they are, without asking its dumper (a pod's name, an image):
+# a letter, then letters, digits and `_./-`, so no indicator, space or line break (Emitter.analyze_scalar
+# allows them plain). The implicit resolvers that start with a letter are YAML 1.1's booleans and
+# nulls (Resolver: bool on yYnNtTfFoO, null on nN~), so only those words would come out quoted.
+_PLAIN = re.compile(r"[A-Za-z][A-Za-z0-9_./-]*")
+_WORDS = frozenset(
+    f(w) for w in ("yes", "no", "true", "false", "on", "off", "null") for f in (str, str.title, str.upper)
+)
+
+
+# the lines of a mapping's collection-valued entries: key -> (start, end, spans of a mapping value)
+Spans = dict[Any, tuple[int, int, "Spans | None"]]
+
+
+def _same(before: Any, after: Any) -> bool:
+    """Whether two values are written alike: equal, and equal as JSON (1, 1.0 and True are equal to
+    Python, as are dicts in another key order; NaN and None are both null to orjson)."""
+    if before != after:
+        return False
+    try:
+        return orjson.dumps(before) == orjson.dumps(after)
+    except TypeError:  # not a JSON value (a date, a 65-bit int): written again, not compared
+        return False
 
 
 class _Unsure(Exception):
@@ -55,8 +82,11 @@ class Writer:
         except KeyError:
             if len(self.values) >= _CACHE_LIMIT:
                 self.values.clear()
-            written = self.dump({"k": value}, 1 << 20)  # one line, unless the scalar has line breaks
-            text = written[3:-1] if written.startswith("k: ") and written.count("\n") == 1 else None
+            if kind is str and _PLAIN.fullmatch(value) and value not in _WORDS:
+                text = value
+            else:
+                written = self.dump({"k": value}, 1 << 20)  # one line, unless the scalar has line breaks
+                text = written[3:-1] if written.startswith("k: ") and written.count("\n") == 1 else None
             self.values[key] = text
         except TypeError:  # unhashable: not a scalar
             raise _Unsure from None
@@ -86,23 +116,70 @@ class Writer:
             raise _Unsure
         return text
 
-    def _mapping(self, mapping: dict[Any, Any], indent: int, first: str, out: list[str], width: int) -> None:
+    def pair(self, before: Any, after: Any, width: int = 80) -> tuple[list[str] | None, list[str] | None]:
+        """lines(before) and lines(after), for a diff: the entries of `after` that equal `before`'s at
+        the same place (a patch changes few) are copied from before's lines rather than written again."""
+        if before.__class__ is not dict or after.__class__ is not dict or not before or not after:
+            return self.lines(before, width), self.lines(after, width)
+        first: list[str] = []
+        spans: Spans = {}
+        try:
+            self._mapping(before, 0, "", first, width, spans)
+        except _Unsure:
+            return None, self.lines(after, width)
+        second: list[str] = []
+        try:
+            self._mapping(after, 0, "", second, width, None, (before, first, spans))
+        except _Unsure:
+            return first, None
+        return first, second
+
+    def _mapping(
+        self,
+        mapping: dict[Any, Any],
+        indent: int,
+        first: str,
+        out: list[str],
+        width: int,
+        spans: Spans | None = None,
+        like: tuple[dict[Any, Any], list[str], Spans] | None = None,
+    ) -> None:
+        # spans: where each collection-valued entry's lines went (recorded for pair());
+        # like: an earlier mapping at the same place, its lines and spans (the entries to copy)
         pad = " " * indent
         head = first
         for key, value in mapping.items():
             line = f"{head}{self._key_text(key)}:"
             head = pad
             kind = value.__class__
+            if (kind is dict or kind is list) and value and like is not None:
+                earlier, lines, where = like
+                found = where.get(key)
+                if found is not None and _same(earlier[key], value):
+                    out.append(line + "\n")  # the entry's lines below its key depend on its value and indent only
+                    out.extend(lines[found[0] : found[1]])
+                    continue
+                if kind is dict and found is not None and found[2] is not None:
+                    out.append(line + "\n")
+                    self._mapping(value, indent + 2, " " * (indent + 2), out, width, None, (earlier[key], lines, found[2]))
+                    continue
             if kind is dict:
                 if value:
                     out.append(line + "\n")
-                    self._mapping(value, indent + 2, " " * (indent + 2), out, width)
+                    start = len(out)
+                    inner: Spans | None = None if spans is None else {}
+                    self._mapping(value, indent + 2, " " * (indent + 2), out, width, inner)
+                    if spans is not None:
+                        spans[key] = (start, len(out), inner)
                 else:
                     out.append(line + " {}\n")
             elif kind is list:
                 if value:
                     out.append(line + "\n")
+                    start = len(out)
                     self._sequence(value, indent, pad, out, width)  # not indented inside a mapping
+                    if spans is not None:
+                        spans[key] = (start, len(out), None)
                 else:
                     out.append(line + " []\n")
             else:

@@ -79,9 +79,11 @@ class NamespaceContext:
         return True
 
     def namespace_of(self, obj: Mapping[str, Any] | None) -> str | None:
-        if not isinstance(obj, Mapping) or obj.get("kind") in CLUSTER_SCOPED:
+        # dicts are checked first: isinstance of an ABC costs a Python call, once per audited object
+        if not (obj.__class__ is dict or isinstance(obj, Mapping)) or obj.get("kind") in CLUSTER_SCOPED:
             return None
-        metadata = given if isinstance(given := obj.get("metadata"), Mapping) else {}
+        given = obj.get("metadata")
+        metadata = given if given.__class__ is dict or isinstance(given, Mapping) else {}
         found = metadata.get("namespace")
         return found if isinstance(found, str) and found else self.default_namespace
 
@@ -116,7 +118,7 @@ def _with_namespace(obj: dict[str, Any] | None, namespace: str | None) -> dict[s
     if obj is None or not namespace:
         return obj
     metadata = obj.get("metadata")
-    if isinstance(metadata, Mapping) and metadata.get("namespace"):
+    if (metadata.__class__ is dict or isinstance(metadata, Mapping)) and metadata.get("namespace"):
         return obj
     return {**obj, "metadata": {**(metadata if isinstance(metadata, Mapping) else {}), "namespace": namespace}}
 
@@ -179,6 +181,16 @@ def plain_yaml_lines(value: Any, width: int = 80) -> list[str]:
     """plain_yaml(value, width).splitlines(keepends=True), without joining and splitting them (diffs)."""
     lines = BLOCK_WRITER.lines(value, width)
     return lines if lines is not None else pyyaml_dump(value, width).splitlines(keepends=True)
+
+
+def plain_yaml_pair(before: Any, after: Any, width: int = 80) -> tuple[list[str], list[str]]:
+    """plain_yaml_lines of both sides of a diff; what `after` shares with `before` is written once."""
+    first, second = BLOCK_WRITER.pair(before, after, width)
+    if first is None:
+        first = pyyaml_dump(before, width).splitlines(keepends=True)
+    if second is None:
+        second = pyyaml_dump(after, width).splitlines(keepends=True)
+    return first, second
 
 
 def pyyaml_dump(value: Any, width: int) -> str:

@@ -13,17 +13,24 @@ import difflib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from webhook.engine import Mode, Phase, Result, RuleOutcome, RuleSet, evaluate
-from webhook.engine.model import DEFAULT_LIMITS, SEVERITY, Limits
+from webhook.engine.model import DEFAULT_LIMITS, NO_NAMESPACE_CONTEXT, SEVERITY, Limits
 
-from .context import NamespaceContext, plain_yaml_lines
+from .context import NamespaceContext, plain_yaml_pair
 from .sources import Item
 
 # what a report counts, worst first (Result's own order); `skip` only counts rules that were
 # not evaluated for want of namespace context, never rules that simply did not match
 RESULTS: tuple[Result, ...] = tuple(Result)
+_PASS_RANK = SEVERITY[Result.PASS]
+# the worst of PASS and the outcomes' results: an object is `pass` when its rules passed or were skipped
+_BY_RANK = [min(result, Result.PASS, key=SEVERITY.__getitem__) for result in sorted(SEVERITY, key=SEVERITY.__getitem__)]
+_RESULT, _BLOCKS, _REASON = attrgetter("result"), attrgetter("blocks"), attrgetter("reason")
+_RULE_RESULT, _PATCH = attrgetter("rule", "result"), attrgetter("patch")
+_SIGNATURES = 1 << 12  # distinct sequences of outcomes kept before they are folded into counts per rule
 
 # The server's per-request time budget guards it against costly objects; offline, a report must
 # not depend on how busy the machine is (a loaded CI runner turned passes into errors), so audit
@@ -41,7 +48,8 @@ class ObjectRef:
 
     @classmethod
     def of(cls, obj: Mapping[str, Any], namespace: str | None = None) -> ObjectRef:
-        metadata = given if isinstance(given := obj.get("metadata"), Mapping) else {}
+        given = obj.get("metadata")  # a dict (checked first: isinstance of an ABC costs a Python call)
+        metadata = given if given.__class__ is dict or isinstance(given, Mapping) else {}
         return cls(
             api_version=str(obj.get("apiVersion", "")),
             kind=str(obj.get("kind", "")),
@@ -65,6 +73,9 @@ def reported(outcome: RuleOutcome) -> bool:
     return outcome.result != Result.SKIP or outcome.context_missing
 
 
+_SKIP = Result.SKIP
+
+
 @dataclass(slots=True)
 class ObjectResult:
     ref: ObjectRef
@@ -83,13 +94,11 @@ class ObjectResult:
     incomplete: bool = field(init=False)
 
     def __post_init__(self) -> None:
-        worst, rank, blocked, incomplete = Result.PASS, SEVERITY[Result.PASS], False, False
-        for outcome in self.outcomes:
-            if SEVERITY[outcome.result] < rank:
-                worst, rank = outcome.result, SEVERITY[outcome.result]
-            blocked = blocked or outcome.blocks
-            incomplete = incomplete or outcome.context_missing
-        self.worst, self.blocked, self.incomplete = worst, blocked, incomplete
+        # folded by C iterators (min, any, `in`) rather than a Python loop over the outcomes
+        outcomes = self.outcomes
+        self.worst = _BY_RANK[min(map(SEVERITY.__getitem__, map(_RESULT, outcomes)), default=_PASS_RANK)]
+        self.blocked = any(map(_BLOCKS, outcomes))
+        self.incomplete = NO_NAMESPACE_CONTEXT in map(_REASON, outcomes)
 
     @property
     def findings(self) -> list[RuleOutcome]:
@@ -106,8 +115,7 @@ class ObjectResult:
             return self.rendered_diff
         if self.mutated is None:
             return ""
-        before = plain_yaml_lines(self.original)
-        after = plain_yaml_lines(self.mutated)
+        before, after = plain_yaml_pair(self.original, self.mutated)
         return "".join(difflib.unified_diff(before, after, "submitted", "after mutation", n=2))
 
 
@@ -126,21 +134,22 @@ def audit(
     (--no-diff) no report shows a diff: rendering one is most of the cost of a patched object.
     """
     context = context if context is not None else NamespaceContext()
+    take, admission_of, rendered = context.take, context.admission, None if diffs else ""
     for item in items:
-        if context.take(item.object):
+        given = item.object
+        if take(given):
             continue
-        admission = context.admission(item.object)
-        decision = evaluate(ruleset, admission, phase=Phase.ALL, mode=mode, trace=True, limits=AUDIT_LIMITS)
-        obj = admission.object or item.object
+        admission = admission_of(given)
+        decision = evaluate(ruleset, admission, Phase.ALL, mode, True, AUDIT_LIMITS)
         yield ObjectResult(
-            ref=ObjectRef.of(item.object, admission.namespace),
-            origin=item.origin,
-            gpus=decision.accelerators,
-            outcomes=[o for o in decision.outcomes() if reported(o)],
-            patch=decision.patch,
-            original=obj,
-            mutated=decision.mutated,
-            rendered_diff=None if diffs else "",
+            ObjectRef.of(given, admission.namespace),
+            item.origin,
+            decision.accelerators,
+            [o for o in decision.outcomes() if o.result is not _SKIP or o.reason == NO_NAMESPACE_CONTEXT],
+            decision.patch,
+            admission.object or given,
+            decision.mutated,
+            rendered,
         )
 
 
@@ -164,36 +173,72 @@ class Tally:
     skipped_objects: int = 0  # objects with at least one rule not evaluated (no namespace context)
     gpus: int = 0
     gpus_affected: int = 0
-    rules: dict[str, RuleCount] = field(default_factory=dict)
     namespaces: dict[str, Counter[str]] = field(default_factory=dict)  # namespace -> result -> objects
     namespace_gpus_affected: Counter[str] = field(default_factory=Counter)
+    # per rule: objects counted by the sequence of their (rule, result) pairs (and which rules patched), one dict
+    # update per object, folded into (rule, result) -> objects when a report reads `rules` (or when
+    # there are many sequences: memory stays bounded)
+    signatures: dict[tuple[tuple[tuple[str, Result], ...], tuple[bool, ...] | None], int] = field(default_factory=dict)
+    rule_results: Counter[tuple[str, Result]] = field(default_factory=Counter)
+    rule_patched: Counter[str] = field(default_factory=Counter)
+    rule_gpus_affected: Counter[str] = field(default_factory=Counter)
 
     def add(self, result: ObjectResult) -> None:
         worst = result.worst
+        gpus = result.gpus
         self.objects += 1
         self.objects_by_worst[worst] += 1
-        self.gpus += result.gpus
+        self.gpus += gpus
         self.blocked_objects += result.blocked
-        self.patched_objects += bool(result.patch)
         self.skipped_objects += result.incomplete
         namespace = result.ref.namespace or "(cluster)"
         counts = self.namespaces.get(namespace)
         if counts is None:  # not setdefault(namespace, Counter()): that builds a Counter per object
             counts = self.namespaces[namespace] = Counter()
         counts[worst] += 1
-        if worst not in (Result.PASS, Result.SKIP):
-            self.gpus_affected += result.gpus
-            self.namespace_gpus_affected[namespace] += result.gpus
-        rules = self.rules
-        for outcome in result.outcomes:
-            count = rules.get(outcome.rule)
+        outcomes = result.outcomes
+        pairs = tuple(map(_RULE_RESULT, outcomes))
+        signature: tuple[tuple[tuple[str, Result], ...], tuple[bool, ...] | None]
+        if result.patch:
+            self.patched_objects += 1
+            signature = (pairs, tuple(map(bool, map(_PATCH, outcomes))))
+        else:
+            signature = (pairs, None)
+        signatures = self.signatures
+        signatures[signature] = signatures.get(signature, 0) + 1
+        if len(signatures) > _SIGNATURES:
+            self.fold()
+        if worst is not Result.PASS and worst is not Result.SKIP:
+            self.gpus_affected += gpus
+            self.namespace_gpus_affected[namespace] += gpus
+            if gpus:  # GPUs of the objects each rule failed, errored, warned or audited
+                for outcome in outcomes:
+                    if outcome.result is not Result.PASS and outcome.result is not Result.SKIP:
+                        self.rule_gpus_affected[outcome.rule] += gpus
+
+    def fold(self) -> None:
+        """Move the counts per sequence of outcomes into the counts per rule."""
+        for (pairs, patched), objects in self.signatures.items():
+            for pair in pairs:
+                self.rule_results[pair] += objects
+            if patched is not None:
+                for (name, _), edited in zip(pairs, patched, strict=True):
+                    if edited:
+                        self.rule_patched[name] += objects
+        self.signatures.clear()
+
+    @property
+    def rules(self) -> dict[str, RuleCount]:
+        """Counts per rule (every rule with an outcome in the report), in first-seen order."""
+        self.fold()
+        rules: dict[str, RuleCount] = {}
+        for (name, outcome), objects in self.rule_results.items():
+            count = rules.get(name)
             if count is None:
-                count = rules[outcome.rule] = RuleCount()
-            count.results[outcome.result] += 1
-            if outcome.patch:
-                count.patched += 1
-            if outcome.result is not Result.PASS and outcome.result is not Result.SKIP:
-                count.gpus_affected += result.gpus
+                count = rules[name] = RuleCount(patched=self.rule_patched[name])
+                count.gpus_affected = self.rule_gpus_affected[name]
+            count.results[outcome] = objects
+        return rules
 
     def failed(self, fail_on: str = "deny") -> bool:
         """Whether the audit should exit 1: anything the apiserver would refuse, or with fail_on=warn a Warn."""

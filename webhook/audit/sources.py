@@ -147,7 +147,10 @@ def _file_documents(path: str, notes: Problem) -> Iterator[Item]:
         values = rapid.documents(Path(path).read_bytes())
         if values is not None:
             for index, document in enumerate(values):
-                yield from _unpack(document, path, index, notes)
+                if _plain_object(document):  # the usual document: yielded here, not by a generator of its own
+                    yield Item(document, f"{path}#{index}")
+                else:
+                    yield from _unpack(document, path, index, notes)
             return
     with open(path, encoding="utf-8") as stream:
         yield from _documents(stream, path, notes)
@@ -161,6 +164,24 @@ def _documents(stream: IO[str], name: str, notes: Problem) -> Iterator[Item]:
         mark = getattr(error, "problem_mark", None)
         where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
         raise _YamlProblem(f"{where}: invalid YAML: {getattr(error, 'problem', None) or error}") from None
+
+
+_NOT_AUDITED = frozenset({"AdmissionReview", "GPUPolicy", "GPUPolicyTest", "GPUWebhookConfig", "List"})
+
+
+def _plain_object(document: Any) -> bool:
+    """Whether _unpack would yield the document itself: an object of a kind audited as it is."""
+    if document.__class__ is not dict:
+        return False
+    kind, api_version = document.get("kind"), document.get("apiVersion")
+    return (
+        kind.__class__ is str
+        and api_version.__class__ is str
+        and bool(api_version)
+        and kind not in _NOT_AUDITED
+        and not kind.endswith("List")
+        and bool(kind)
+    )
 
 
 def _unpack(document: Any, name: str, index: int, notes: Problem) -> Iterator[Item]:

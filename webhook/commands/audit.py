@@ -149,8 +149,10 @@ def run(args: argparse.Namespace) -> int:
                 report.add(result)
                 progress.advance()
         except SourceError as error:
+            _flush(report)
             raise UsageError(str(error)) from None
         except _cluster_error() as error:
+            _flush(report)
             raise UsageError(str(error)) from None
     report.finish(tally)
     sys.stdout.flush()
@@ -161,6 +163,13 @@ def run(args: argparse.Namespace) -> int:
         warn(f"{len(problems)} input problem{'s' if len(problems) != 1 else ''}: the report leaves those inputs out")
         return EXIT_USAGE
     return EXIT_FAILED if tally.failed(args.fail_on) else EXIT_OK
+
+
+def _flush(report: Any) -> None:
+    """Write what a report holds back (the JSON report writes in blocks) before a usage error ends the run."""
+    flush = getattr(report, "flush", None)
+    if flush is not None:
+        flush()
 
 
 def _parallel_files(args: argparse.Namespace) -> list[str] | None:
