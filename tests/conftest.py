@@ -105,6 +105,7 @@ SLOW: dict[str, str] = {
     "tests/server/test_reload_and_shutdown.py::test_sigterm_finishes_in_flight_requests": "server process",
     "tests/server/test_workers.py": "server processes with --workers 2",
     "tests/audit/test_jobs.py::test_jobs_two_writes_the_same_bytes_as_jobs_one": "forks --jobs 2 worker processes",
+    "tests/audit/test_report_bytes.py::test_jobs_two_writes_the_expected_bytes": "forks --jobs 2 worker processes",
     # kubectl
     "tests/deploy/test_render.py::test_builtin_renderer_matches_kubectl_kustomize": "kubectl",
     "tests/deploy/test_render.py::test_components_render_the_same_through_kubectl": "kubectl",
@@ -125,6 +126,7 @@ SLOW: dict[str, str] = {
     "tests/engine/test_cel_helpers.py::test_evaluating_the_pack_does_not_grow_memory": "a memory soak",
     "tests/audit/test_yaml_compat.py::test_rapidyaml_memory_stays_flat": "a memory soak (thousands of parses)",
     "tests/audit/test_blockyaml.py::test_the_same_bytes_as_pyyaml": "hypothesis, generated documents",
+    "tests/audit/test_blockyaml_fast.py": "hypothesis, generated and edited documents",
     # a live TLS server per test (its own certificates, rules copy, event loop and reload thread)
     "tests/server/test_admission_https.py": "a live server per test",
     "tests/server/test_record_reviews.py": "a live server per test; one runs `serve --help` as a subprocess",
