@@ -4,8 +4,8 @@ Expressions are compiled once per process and text (a reload recompiles only wha
 At request time they run against an `Activation`, which wraps the live Python dicts lazily: building one costs ~1.5 µs
 whatever the object's size. Calls into Python-implemented functions with arguments
 leak memory in the binding and convert maps deeply, so the helpers are rewritten into
-plain CEL over per-target values (celhelpers.py). Each expression is compiled twice:
-the author's text for diagnostics and types, the rewritten text to run.
+plain CEL over per-target values (celhelpers.py). An expression whose helpers are rewritten
+is compiled twice: the author's text for diagnostics and types, the rewritten text to run.
 """
 
 from __future__ import annotations
@@ -195,6 +195,15 @@ class CelEnvironment:
             check_cost(text, found)
         except celsyntax.CelSyntaxError as error:
             unreadable = error  # invalid CEL, reported by the compiler below; else refused after it
+        source = _rewritten(text, found) if rewrite and unreadable is None else text
+        if unreadable is None and params_literal is not None and source == text:
+            # Nothing to rewrite: the bound form alone is checked (one compile, not two). It has the
+            # text's type, and it compiles exactly when the text does (params is dyn either way);
+            # when it does not, the author's text below says why, with its own positions.
+            bound_source = f"cel.bind(params, dyn({params_literal}), {text}\n)"
+            with contextlib.suppress(RuntimeError):
+                bound = self._env.compile(bound_source)
+                return _compiled(text, bound, _references(text), str(bound.return_type()), text, bound_source)
         try:
             checked = self._env.compile(text)  # the author's text: exact positions and result types
         except RuntimeError as error:
@@ -204,11 +213,7 @@ class CelEnvironment:
             raise CelCompileError(_clean(message), line, column) from None
         if unreadable is not None:  # fail closed: a cost limit nobody checked is no limit
             raise CelCompileError(f"the cost check cannot read this expression ({unreadable})")
-        try:
-            source = celhelpers.rewrite(text, found=found) if rewrite else text
-        except celhelpers.RewriteError:
-            source = text  # correct, only slower: the helpers run in Python
-        references = frozenset(name for name in (*VARIABLES, *TARGET_VARIABLES) if re.search(rf"\b{name}\b", source))
+        references = _references(source)
         result_type = str(checked.return_type())
         if params_literal is not None:
             # A newline before the closing parenthesis ends a trailing // comment. Should the bound
@@ -220,11 +225,7 @@ class CelEnvironment:
         try:
             program = self._env.compile(source) if source != text else checked
         except RuntimeError:
-            program, source, references = (
-                checked,
-                text,
-                frozenset(n for n in (*VARIABLES, *TARGET_VARIABLES) if re.search(rf"\b{n}\b", text)),
-            )
+            program, source, references = checked, text, _references(text)
         return _compiled(text, program, references, result_type, source)
 
     def projection_trees(self) -> dict[str, projection.Tree]:
@@ -293,6 +294,19 @@ def _runtime(accelerators: Accelerators) -> _Runtime:
         )
         found = _RUNTIMES[accelerators] = _Runtime(env)
     return found
+
+
+def _references(source: str) -> frozenset[str]:
+    """The variables a program may read (what an activation must hold for it)."""
+    return frozenset(name for name in (*VARIABLES, *TARGET_VARIABLES) if re.search(rf"\b{name}\b", source))
+
+
+def _rewritten(text: str, found: list[celsyntax.Token] | None) -> str:
+    """The text with the GPU helpers rewritten into plain CEL (celhelpers.py), or the text itself."""
+    try:
+        return celhelpers.rewrite(text, found=found)
+    except celhelpers.RewriteError:
+        return text  # correct, only slower: the helpers run in Python
 
 
 def _compiled(
