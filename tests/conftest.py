@@ -105,7 +105,6 @@ SLOW: dict[str, str] = {
     "tests/server/test_reload_and_shutdown.py::test_sigterm_finishes_in_flight_requests": "server process",
     "tests/server/test_workers.py": "server processes with --workers 2",
     "tests/audit/test_jobs.py::test_jobs_two_writes_the_same_bytes_as_jobs_one": "forks --jobs 2 worker processes",
-    "tests/audit/test_report_bytes.py::test_jobs_two_writes_the_expected_bytes": "forks --jobs 2 worker processes",
     # kubectl
     "tests/deploy/test_render.py::test_builtin_renderer_matches_kubectl_kustomize": "kubectl",
     "tests/deploy/test_render.py::test_components_render_the_same_through_kubectl": "kubectl",
@@ -122,6 +121,7 @@ SLOW: dict[str, str] = {
     "tests/deploy/test_certificate_rotation.py": "certificate swaps under load",
     "tests/server/test_bad_input.py": "a live server per malformed request (25 cases), slow senders",
     "tests/export/test_equivalence.py::test_generated_workloads_get_the_same_decisions": "hypothesis, thousands of evaluations",
+    "tests/audit/test_report_bytes.py": "every report format over a mixed corpus, against recorded bytes; --jobs 2 forks",
     "tests/audit/test_yaml_compat.py::test_fast_and_reference_loaders_agree": "hypothesis, 150 generated documents",
     "tests/engine/test_cel_helpers.py::test_evaluating_the_pack_does_not_grow_memory": "a memory soak",
     "tests/audit/test_yaml_compat.py::test_rapidyaml_memory_stays_flat": "a memory soak (thousands of parses)",
