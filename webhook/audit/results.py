@@ -68,11 +68,6 @@ def text(outcome: RuleOutcome) -> str:
     return outcome.message or (outcome.reason if outcome.result == Result.SKIP else "")
 
 
-def reported(outcome: RuleOutcome) -> bool:
-    """Whether a report shows this outcome: everything but a rule that did not match."""
-    return outcome.result != Result.SKIP or outcome.context_missing
-
-
 _SKIP = Result.SKIP
 
 
@@ -145,6 +140,7 @@ def audit(
             ObjectRef.of(given, admission.namespace),
             item.origin,
             decision.accelerators,
+            # what a report shows: every outcome but a rule that did not match (inline: one per rule and object)
             [o for o in decision.outcomes() if o.result is not _SKIP or o.reason == NO_NAMESPACE_CONTEXT],
             decision.patch,
             admission.object or given,
