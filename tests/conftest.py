@@ -134,7 +134,10 @@ SLOW: dict[str, str] = {
     "tests/server/test_reload_and_shutdown.py": "a live server per test, waiting for reloads",
     "tests/server/test_namespace_context.py": "a live server and a stand-in API server per test",
     "tests/kube/test_cluster_context.py": "a live server and a stand-in API server per test",
+    "tests/kube/test_namespace_cache.py": "a stand-in API server (sockets, a watch thread) per test",
+    "tests/audit/test_cluster.py": "a stand-in API server per test",
     "tests/deploy/test_install_safety.py::test_the_rendered_enforce_install_fails_closed": "a live server",
+    "tests/engine/test_ratcheting.py::test_kubectl_debug_reaches_the_rules_through_the_server": "a live server",
     # the whole pack, loaded (or exported, or run through its suites) once per case
     "tests/authoring/test_suites.py::test_junit_output": "runs every suite of the pack",
     "tests/authoring/test_suites.py::test_a_changed_rule_fails_with_a_diff": "runs every suite of the pack",
