@@ -15,7 +15,7 @@ import pytest
 
 from tests.support import gpu_pod
 from webhook.engine import AdmissionInput, Phase, evaluate, load_rules
-from webhook.engine.cel import CompiledExpression
+from webhook.engine.cel import MAX_FUSED_PER_RULE_SET, CompiledExpression
 
 RULES = """\
 apiVersion: gpu-webhook.io/v1alpha1
@@ -218,3 +218,28 @@ spec:
     decision = evaluate(ruleset, _input(pod), phase=Phase.VALIDATE)
     assert not decision.errors and decision.allowed
     assert len(singles) == 2  # after the fused program ran out of steps
+
+
+def test_tenants_cannot_make_the_engine_compile_and_keep_fused_programs_without_bound(tmp_path: Path) -> None:
+    # Which rules pass the plain checks is the tenant's choice (here: labels), and each distinct
+    # set would be its own fused program (~1-2 MiB, ~13 ms). 6 rules give 57 sets of two or more.
+    rules = "---\n".join(
+        f"""apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {{name: r{i}}}
+spec:
+  params: {{n: {i}}}
+  match: {{kinds: [Pod], objectSelector: {{matchLabels: {{r{i}: "y"}}}}}}
+  validate: {{expression: "params.n < 0", message: "r{i} says no"}}
+"""
+        for i in range(6)
+    )
+    (tmp_path / "rules.yaml").write_text(rules)
+    ruleset = load_rules(tmp_path).require()
+    for subset in range(64):
+        chosen = {f"r{i}" for i in range(6) if subset >> i & 1}
+        pod = gpu_pod()
+        pod["metadata"]["labels"] = dict.fromkeys(chosen, "y")
+        decision = evaluate(ruleset, AdmissionInput.offline(pod), phase=Phase.VALIDATE)
+        assert {v.rule for v in decision.violations} == chosen  # fused or alone, the same answers
+    assert ruleset.env.fused_programs == MAX_FUSED_PER_RULE_SET

@@ -149,6 +149,7 @@ class CelEnvironment:
         self.projections: dict[tuple[int, Any], tuple[Any, Any]] = {}
         runtime = _runtime(accelerators)
         self._env, self._compiled, self._programs = runtime.env, runtime.expressions, runtime.programs
+        self._fused_handed: set[str] = set()  # texts of the fused programs this rule set uses
         # bound into every activation; the same object each time, so it costs nothing per request
         self.accelerator_table = {
             "exact": dict.fromkeys(accelerators.exact, True),
@@ -242,21 +243,34 @@ class CelEnvironment:
         return self._env.Activation(variables)
 
     def compile_program(self, text: str) -> Any:
-        """A runnable program of text the engine wrote itself (a fused program), or None if it does not compile.
+        """A runnable program of text the engine wrote itself (a fused program), or None if it does
+        not compile or this rule set has its share of them (its expressions then run alone).
 
         Kept by text like the expressions: a fused program takes ~13 ms to compile, on the first
         request that needs it, so a reload must not make requests pay that again for rules it kept.
+        Bounded, because each costs ~1-2 MiB and tenants choose which rules pass the plain checks
+        (labels, namespaces, GPUs): a stream of odd objects must neither compile nor keep more.
         """
+        handed = self._fused_handed
+        if text not in handed:
+            if len(handed) >= MAX_FUSED_PER_RULE_SET:
+                return None
+            handed.add(text)
         programs = self._programs
         if text not in programs:
             try:
                 program = self._env.compile(text)
             except RuntimeError:
                 program = None
-            if len(programs) >= MAX_COMPILED:
+            if len(programs) >= MAX_FUSED_KEPT:
                 programs.clear()
             programs[text] = program
         return programs[text]
+
+    @property
+    def fused_programs(self) -> int:
+        """How many fused programs this rule set's requests have been handed."""
+        return len(self._fused_handed)
 
 
 # Compiled expressions are kept per accelerator configuration, for the life of the process: a
@@ -264,6 +278,11 @@ class CelEnvironment:
 # changed (each compile runs the C++ checker twice, ~1.5 ms). Bounded: started over when full.
 MAX_COMPILED = 2_000
 MAX_RUNTIMES = 8
+# Fused programs (facts.Subject) cost ~1-2 MiB each (measured: 1.8 MiB for 44 expressions): at most
+# this many per rule set (a GPU pod, a CPU pod, each workload kind needs one or two), and kept
+# across reloads up to the second number
+MAX_FUSED_PER_RULE_SET = 16
+MAX_FUSED_KEPT = 32
 _Key = tuple[str, str | None, bool]  # text, params literal, rewrite
 
 

@@ -123,10 +123,11 @@ NAMESPACE_VARIABLES = frozenset({"namespaceObject", "params", "accelerators"})
 # Results kept per (expression, namespace version) before the table starts over (a rule set
 # has a few hundred such expressions at most; a cluster a few thousand namespaces)
 NAMESPACE_RESULTS_LIMIT = 8192
-# Fused programs kept per projection: one per set of rules that pass the plain checks (namespace,
-# selectors, gpu:) on some target, a handful in practice. Past the limit no new one is compiled
-# (compiling costs milliseconds; a stream of odd objects must not make every request pay it):
-# such requests evaluate each expression alone, as without fusion.
+# Sets of passing rules remembered per projection (each with its fused program, or None): one per
+# set of rules that pass the plain checks (namespace, selectors, gpu:) on some target, a handful
+# in practice. Past this, or past the rule set's share of compiled programs (cel.py
+# MAX_FUSED_PER_RULE_SET: compiling costs milliseconds and memory, and a stream of odd objects
+# must pay for neither), requests evaluate each expression alone, as without fusion.
 FUSED_PROGRAMS_LIMIT = 64
 # the name the fused program binds a condition's result to (compile() refuses free variables, so no
 # rule's text can mean this binding)
