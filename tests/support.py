@@ -22,6 +22,24 @@ REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "rules"
 EXAMPLES = REPO / "examples"
 
+# A rule that gives a CPU pod a GPU (an init container asking for one): the engine must count what
+# the object asks for after each edit, and Decision.accelerators what it asked for as received.
+ADDS_A_GPU_INIT_CONTAINER = """\
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: a-add-gpu-init-container}
+spec:
+  match: {kinds: [Pod], operations: [CREATE]}
+  mutate:
+    - merge:
+        spec:
+          initContainers:
+            - name: warmup
+              image: nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04
+              resources: {limits: {nvidia.com/gpu: "1"}}
+---
+"""
+
 
 def client_ssl(cert_dir: Path) -> ssl.SSLContext:
     """A client that trusts only the test CA and checks the host name, as the apiserver does."""

@@ -4,23 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support import cpu_pod, gpu_pod
+from tests.support import ADDS_A_GPU_INIT_CONTAINER, cpu_pod, gpu_pod
 from webhook.engine import AdmissionInput, evaluate, load_rules
 
-RULES = """\
-apiVersion: gpu-webhook.io/v1alpha1
-kind: GPUPolicy
-metadata: {name: a-add-gpu-init-container}
-spec:
-  match: {kinds: [Pod], operations: [CREATE]}
-  mutate:
-    - merge:
-        spec:
-          initContainers:
-            - name: warmup
-              image: nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04
-              resources: {limits: {nvidia.com/gpu: "1"}}
----
+RULES = ADDS_A_GPU_INIT_CONTAINER + """\
 apiVersion: gpu-webhook.io/v1alpha1
 kind: GPUPolicy
 metadata: {name: b-tolerate}
