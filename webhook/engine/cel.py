@@ -10,7 +10,6 @@ is compiled twice: the author's text for diagnostics and types, the rewritten te
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import math
 import re
@@ -197,14 +196,16 @@ class CelEnvironment:
         except celsyntax.CelSyntaxError as error:
             unreadable = error  # invalid CEL, reported by the compiler below; else refused after it
         source = _rewritten(text, found) if rewrite and unreadable is None else text
+        bound_tried = False
         if unreadable is None and params_literal is not None and source == text:
             # Nothing to rewrite: the bound form alone is checked (one compile, not two). It has the
             # text's type, and it compiles exactly when the text does (params is dyn either way);
             # when it does not, the author's text below says why, with its own positions.
-            bound_source = f"cel.bind(params, dyn({params_literal}), {text}\n)"
-            with contextlib.suppress(RuntimeError):
-                bound = self._env.compile(bound_source)
-                return _compiled(text, bound, _references(text), str(bound.return_type()), text, bound_source)
+            bound = self._bound(params_literal, text)
+            if bound is not None:
+                program, bound_source = bound
+                return _compiled(text, program, _references(text), str(program.return_type()), text, bound_source)
+            bound_tried = True
         try:
             checked = self._env.compile(text)  # the author's text: exact positions and result types
         except RuntimeError as error:
@@ -216,18 +217,27 @@ class CelEnvironment:
             raise CelCompileError(f"the cost check cannot read this expression ({unreadable})")
         references = _references(source)
         result_type = str(checked.return_type())
-        if params_literal is not None:
-            # A newline before the closing parenthesis ends a trailing // comment. Should the bound
-            # form not compile, the plain one below still runs (on a per-rule activation).
-            bound_source = f"cel.bind(params, dyn({params_literal}), {source}\n)"
-            with contextlib.suppress(RuntimeError):
-                bound = self._env.compile(bound_source)
-                return _compiled(text, bound, references, result_type, source, bound_source)
+        if params_literal is not None and not bound_tried:
+            # Should the bound form not compile, the plain one below still runs (on a per-rule activation).
+            bound = self._bound(params_literal, source)
+            if bound is not None:
+                return _compiled(text, bound[0], references, result_type, source, bound[1])
         try:
             program = self._env.compile(source) if source != text else checked
         except RuntimeError:
             program, source, references = checked, text, _references(text)
         return _compiled(text, program, references, result_type, source)
+
+    def _bound(self, params_literal: str, source: str) -> tuple[Any, str] | None:
+        """`source` with the rule's params bound in as a constant, compiled, and its text; None if it does not compile.
+
+        A newline before the closing parenthesis ends a trailing // comment.
+        """
+        bound_source = f"cel.bind(params, dyn({params_literal}), {source}\n)"
+        try:
+            return self._env.compile(bound_source), bound_source
+        except RuntimeError:
+            return None
 
     def projection_trees(self) -> dict[str, projection.Tree]:
         """Root variable -> the projection tree every expression compiled here needs (projection.py).
