@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from .quantity import QuantityError, parse_quantity, quantity_of
 
@@ -263,7 +263,7 @@ def _containers(pod_spec: Mapping[str, Any], field: str) -> list[Mapping[str, An
     return [c for c in value if _is_map(c)]
 
 
-def _is_map(value: object) -> bool:
+def _is_map(value: object) -> TypeGuard[Mapping[str, Any]]:
     """isinstance(value, Mapping), JSON's dict first: the ABC check costs several times more."""
     return type(value) is dict or isinstance(value, Mapping)
 
