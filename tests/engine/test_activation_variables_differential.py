@@ -44,8 +44,8 @@ def _inputs() -> Iterator[tuple[str, AdmissionInput]]:
     for suite in discover(str(RULES / "tests")):
         for case in suite.cases:
             yield f"{Path(suite.file).name}::{case['name']}", admission(case, Path(suite.file).parent)
-    tenant = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a", "labels": {"team": "a"}}}
-    tenant["metadata"]["labels"]["gpu-webhook.io/tenant"] = "true"
+    labels = {"team": "a", "gpu-webhook.io/tenant": "true"}
+    tenant = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a", "labels": labels}}
     pods = {"gpu pod": gpu_pod(), "cpu pod": cpu_pod(), "two gpus, hostIPC": gpu_pod(gpus=2, hostIPC=True)}
     for name, pod in pods.items():
         yield f"generated {name}", AdmissionInput.offline(pod, namespace="team-a", namespace_object=tenant)
