@@ -326,8 +326,32 @@ def _runtime(accelerators: Accelerators) -> _Runtime:
 
 
 def _references(source: str) -> frozenset[str]:
-    """The variables a program may read (what an activation must hold for it)."""
-    return frozenset(name for name in (*VARIABLES, *TARGET_VARIABLES) if re.search(rf"\b{name}\b", source))
+    """The variables a program may read (what an activation must hold for it).
+
+    Every mention of a variable's name counts but a field of another value: in
+    `object.spec.containers` the pod's containers are a field of `object`, and reading them
+    needs no `containers` variable (whose pod-spec facts would then be computed for nothing).
+    String literals and comments mention nothing.
+    """
+    blank = celsyntax.blank(source)
+    return frozenset(
+        name
+        for name in (*VARIABLES, *TARGET_VARIABLES)
+        if any(not _selected(blank, found.start()) for found in re.finditer(rf"\b{name}\b", blank))
+    )
+
+
+_SELECTION = re.compile(r"(?:([A-Za-z_][A-Za-z0-9_]*)|[)\]}'\"])\s*\.\s*\??\s*$")
+
+
+def _selected(blank: str, start: int) -> bool:
+    """Whether the name at `start` is selected from a value before it (`x.name`, `f(x).name`, `x.?name`).
+
+    A dot after an operator, a parenthesis or the `in` operator is CEL's leading dot (`.name`:
+    the variable itself, resolved from the root scope), not a selection.
+    """
+    found = _SELECTION.search(blank, 0, start)
+    return found is not None and found.group(1) != "in"
 
 
 def _rewritten(text: str, found: list[celsyntax.Token] | None) -> str:
