@@ -445,30 +445,66 @@ class Decision:
         An error is an error: a rule that could not be evaluated is `error` (with `blocks` when its
         failurePolicy denied), never a failure plus an error.
         """
-        order: dict[str, None] = {}
-        matched: set[str] = set()
-        reasons: dict[str, str] = {}
+        # One pass over the trace (every candidate rule, in order), then the few findings
+        # (errors, violations) when there are any. A rule that passed or was skipped without
+        # anything of its own (messages, patch) gets a shared outcome: they are immutable, and
+        # building ~30 of them per object was most of the cost of this summary offline.
+        order: dict[str, str | None] = {}  # rule -> the reason it did not match; None once it matched
         patches: dict[str, list[dict[str, Any]]] = {}
-        messages: dict[str, list[str]] = {}
+        for entry in self.trace:
+            rule = entry.rule
+            if entry.matched:
+                order[rule] = None
+                if entry.patch:
+                    found = patches.get(rule)
+                    if found is None:
+                        patches[rule] = list(entry.patch)
+                    else:
+                        found.extend(entry.patch)
+            elif order.get(rule, "") == "":  # not matched so far and no reason yet
+                order[rule] = entry.reason
+        if not (self.errors or self.violations or self.warnings or self.audits):
+            shared = _PLAIN.get  # inline: the lookup _quiet would make for an unpatched rule
+            return [
+                (None if rule in patches else shared((rule, reason))) or _quiet(rule, reason, patches.get(rule))
+                for rule, reason in order.items()
+            ]
+        results, messages, blocks, relaxed = self._findings(order)
+        summary = []
+        for rule, reason in order.items():
+            said = messages.get(rule)
+            if rule not in results or (said is None and rule not in blocks and rule not in relaxed):
+                summary.append(_quiet(rule, reason, patches.get(rule), results.get(rule)))
+                continue
+            summary.append(  # a finding (never skip: no reason to give)
+                RuleOutcome(
+                    rule=rule,
+                    result=results[rule],
+                    messages=tuple(said or ()),
+                    patch=tuple(patches.get(rule, ())),
+                    blocks=rule in blocks,
+                    relaxed=rule in relaxed,
+                )
+            )
+        return summary
+
+    def _findings(
+        self, order: dict[str, str | None]
+    ) -> tuple[dict[str, Result], dict[str, list[str]], set[str], set[str]]:
+        """Per rule, from the errors and violations: its worst result, its messages (each once, errors
+        first), whether it blocks, whether it was relaxed. Rules met only here join `order`."""
         results: dict[str, Result] = {}
+        messages: dict[str, list[str]] = {}
         blocks: set[str] = set()
         relaxed: set[str] = set()
 
         def worsen(rule: str, result: Result, message: str = "") -> None:
-            order.setdefault(rule)
+            order.setdefault(rule, "")
             if rule not in results or SEVERITY[result] < SEVERITY[results[rule]]:
                 results[rule] = result
             if message and message not in messages.setdefault(rule, []):
                 messages[rule].append(message)
 
-        for entry in self.trace:
-            order.setdefault(entry.rule)
-            if entry.matched:
-                matched.add(entry.rule)
-                if entry.patch:
-                    patches.setdefault(entry.rule, []).extend(entry.patch)
-            elif entry.reason:
-                reasons.setdefault(entry.rule, entry.reason)
         for error in self.errors:
             worsen(error.rule, Result.ERROR, error.message)
         for bucket in (self.violations, self.warnings, self.audits):
@@ -482,21 +518,30 @@ class Decision:
                         worsen(violation.rule, Result.ERROR, violation.message)
                     continue
                 worsen(violation.rule, _ACTION_RESULT[violation.action], violation.message)
-        summary = []
-        for rule in order:
-            result = results.get(rule) or (Result.PASS if rule in matched else Result.SKIP)
-            summary.append(
-                RuleOutcome(
-                    rule=rule,
-                    result=result,
-                    messages=tuple(messages.get(rule, ())),
-                    patch=tuple(patches.get(rule, ())),
-                    blocks=rule in blocks,
-                    relaxed=rule in relaxed,
-                    reason=reasons.get(rule, "") if result == Result.SKIP else "",
-                )
-            )
-        return summary
+        return results, messages, blocks, relaxed
+
+
+_PLAIN: dict[tuple[str, str | None] | tuple[str, str | None, Result], RuleOutcome] = {}
+_PLAIN_LIMIT = 1 << 12  # distinct plain outcomes kept (rules x results x reasons); cleared when full
+
+
+def _quiet(
+    rule: str, reason: str | None, patch: list[dict[str, Any]] | None, result: Result | None = None
+) -> RuleOutcome:
+    """The outcome of a rule without messages or a block: a finding's `result`, or else as the trace
+    says, pass (matched: reason None) or skip (with the reason); immutable, so shared when unpatched."""
+    # keyed as outcomes() looks it up: (rule, reason) when the trace alone says what it is
+    key = (rule, reason) if result is None else (rule, reason, result)
+    if result is None:
+        result = Result.PASS if reason is None else Result.SKIP
+    if patch:
+        return RuleOutcome(rule, result, patch=tuple(patch))
+    found = _PLAIN.get(key)
+    if found is None:
+        if len(_PLAIN) >= _PLAIN_LIMIT:
+            _PLAIN.clear()
+        found = _PLAIN[key] = RuleOutcome(rule, result, reason=(reason or "") if result == Result.SKIP else "")
+    return found
 
 
 _ACTION_RESULT = {Action.DENY: Result.FAIL, Action.WARN: Result.WARN, Action.AUDIT: Result.AUDIT}
