@@ -9,7 +9,6 @@ as for ten.
 
 from __future__ import annotations
 
-import difflib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from webhook.engine import Mode, Phase, Result, RuleOutcome, RuleSet, evaluate
 from webhook.engine.model import DEFAULT_LIMITS, NO_NAMESPACE_CONTEXT, SEVERITY, Limits
 
 from .context import NamespaceContext, plain_yaml_pair
+from .linediff import unified_diff
 from .sources import Item
 
 # what a report counts, worst first (Result's own order); `skip` only counts rules that were
@@ -111,7 +111,7 @@ class ObjectResult:
         if self.mutated is None:
             return ""
         before, after = plain_yaml_pair(self.original, self.mutated)
-        return "".join(difflib.unified_diff(before, after, "submitted", "after mutation", n=2))
+        return unified_diff(before, after, "submitted", "after mutation", 2)
 
 
 def audit(
