@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.engine import Mode, Result, RuleOutcome, RuleSet
+from webhook.engine.model import shared_outcome
 
 from .context import NamespaceContext
 from .results import ObjectRef, ObjectResult, audit
@@ -72,17 +73,25 @@ def _audit_file(path: str) -> list[Event]:
 
 def pack(result: ObjectResult) -> tuple[Any, ...]:
     """What the reports need of a result, as plain values with the diff rendered: pickling the
-    dataclasses and enums themselves cost more than auditing the object (800 µs against 400)."""
+    dataclasses and enums themselves cost more than auditing the object (800 µs against 400).
+    An outcome with nothing of its own (no messages, patch, block) goes as (rule, result, reason)
+    and comes back as the engine's shared instance (model.shared_outcome): the parent, which
+    reports every object alone, builds only the outcomes that say something."""
     ref = result.ref
-    outcomes = [(o.rule, o.result.value, o.messages, o.patch, o.blocks, o.relaxed, o.reason) for o in result.outcomes]
+    outcomes = [
+        (o.rule, o.result.value, o.reason)
+        if not (o.messages or o.patch or o.blocks or o.relaxed)
+        else (o.rule, o.result.value, o.messages, o.patch, o.blocks, o.relaxed, o.reason)
+        for o in result.outcomes
+    ]
     return (ref.api_version, ref.kind, ref.namespace, ref.name, ref.uid, result.origin, result.gpus, outcomes,
             result.patch, result.diff())  # fmt: skip
 
 
 def unpack(packed: tuple[Any, ...]) -> ObjectResult:
     outcomes = [
-        RuleOutcome(rule, _RESULTS[result], messages, patch, blocks, relaxed, reason)
-        for rule, result, messages, patch, blocks, relaxed, reason in packed[7]
+        shared_outcome(o[0], _RESULTS[o[1]], o[2]) if len(o) == 3 else RuleOutcome(o[0], _RESULTS[o[1]], *o[2:])
+        for o in packed[7]
     ]
     return ObjectResult(ObjectRef(*packed[:5]), packed[5], packed[6], outcomes, packed[8], {}, None, packed[9])
 

@@ -464,9 +464,12 @@ class Decision:
             elif order.get(rule, "") == "":  # not matched so far and no reason yet
                 order[rule] = entry.reason
         if not (self.errors or self.violations or self.warnings or self.audits):
-            shared = _PLAIN.get  # inline: the lookup _quiet would make for an unpatched rule
+            shared = _SHARED.get  # the lookup shared_outcome makes, inline: this loop runs for every rule
             return [
-                (None if rule in patches else shared((rule, reason))) or _quiet(rule, reason, patches.get(rule))
+                _quiet(rule, None, patches[rule])
+                if rule in patches
+                else shared(key := (rule, _PASS, "") if reason is None else (rule, _SKIP, reason))
+                or shared_outcome(*key)
                 for rule, reason in order.items()
             ]
         results, messages, blocks, relaxed = self._findings(order)
@@ -521,27 +524,33 @@ class Decision:
         return results, messages, blocks, relaxed
 
 
-_PLAIN: dict[tuple[str, str | None] | tuple[str, str | None, Result], RuleOutcome] = {}
-_PLAIN_LIMIT = 1 << 12  # distinct plain outcomes kept (rules x results x reasons); cleared when full
+_PASS, _SKIP = Result.PASS, Result.SKIP
+_SHARED: dict[tuple[str, Result, str], RuleOutcome] = {}
+_SHARED_LIMIT = 1 << 12  # distinct shared outcomes kept (rules x results x reasons); cleared when full
+
+
+def shared_outcome(rule: str, result: Result, reason: str = "") -> RuleOutcome:
+    """RuleOutcome(rule, result, reason=reason) for a rule with nothing of its own to say (no messages,
+    patch, block or relaxation): immutable, so one instance serves every object (most rules, offline)."""
+    key = (rule, result, reason)
+    found = _SHARED.get(key)
+    if found is None:
+        if len(_SHARED) >= _SHARED_LIMIT:
+            _SHARED.clear()
+        found = _SHARED[key] = RuleOutcome(rule, result, reason=reason)
+    return found
 
 
 def _quiet(
     rule: str, reason: str | None, patch: list[dict[str, Any]] | None, result: Result | None = None
 ) -> RuleOutcome:
     """The outcome of a rule without messages or a block: a finding's `result`, or else as the trace
-    says, pass (matched: reason None) or skip (with the reason); immutable, so shared when unpatched."""
-    # keyed as outcomes() looks it up: (rule, reason) when the trace alone says what it is
-    key = (rule, reason) if result is None else (rule, reason, result)
+    says, pass (matched: reason None) or skip (with the reason)."""
     if result is None:
         result = Result.PASS if reason is None else Result.SKIP
     if patch:
         return RuleOutcome(rule, result, patch=tuple(patch))
-    found = _PLAIN.get(key)
-    if found is None:
-        if len(_PLAIN) >= _PLAIN_LIMIT:
-            _PLAIN.clear()
-        found = _PLAIN[key] = RuleOutcome(rule, result, reason=(reason or "") if result == Result.SKIP else "")
-    return found
+    return shared_outcome(rule, result, (reason or "") if result is Result.SKIP else "")
 
 
 _ACTION_RESULT = {Action.DENY: Result.FAIL, Action.WARN: Result.WARN, Action.AUDIT: Result.AUDIT}
