@@ -212,6 +212,29 @@ class Tally:
                     if outcome.result is not Result.PASS and outcome.result is not Result.SKIP:
                         self.rule_gpus_affected[outcome.rule] += gpus
 
+    def merge(self, other: Tally) -> None:
+        """Add the counts of another audit's tally (an `audit --jobs` worker's, for one file): the
+        same counts as adding its objects here. Not their first-seen order of rules, which
+        `rules` follows: only reports that sort it (as_dict) take merged tallies."""
+        self.objects += other.objects
+        self.objects_by_worst.update(other.objects_by_worst)
+        self.blocked_objects += other.blocked_objects
+        self.patched_objects += other.patched_objects
+        self.skipped_objects += other.skipped_objects
+        self.gpus += other.gpus
+        self.gpus_affected += other.gpus_affected
+        for namespace, counts in other.namespaces.items():
+            mine = self.namespaces.get(namespace)
+            if mine is None:
+                self.namespaces[namespace] = Counter(counts)
+            else:
+                mine.update(counts)
+        self.namespace_gpus_affected.update(other.namespace_gpus_affected)
+        other.fold()
+        self.rule_results.update(other.rule_results)
+        self.rule_patched.update(other.rule_patched)
+        self.rule_gpus_affected.update(other.rule_gpus_affected)
+
     def fold(self) -> None:
         """Move the counts per sequence of outcomes into the counts per rule."""
         for (pairs, patched), objects in self.signatures.items():

@@ -60,22 +60,12 @@ _BLOCK = 1 << 16  # bytes of report written at once
 _RULE_CACHE_LIMIT = 1 << 12  # distinct rule entries kept as bytes; cleared when full
 
 
-class JsonReport:
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-        self.first = True
-        self.pending: list[bytes] = []
-        self.size = 0
-        self.rules: dict[tuple[Any, ...], bytes] = {}
+class JsonEntries:
+    """The bytes of one object's entry in the JSON report (its rule entries without messages kept).
+    The report makes them; so do `audit --jobs` workers, which send the parent bytes to write."""
 
-    def add(self, result: ObjectResult) -> None:
-        entry = self.entry(result)
-        self.pending.append(b'{"objects":[\n' if self.first else b",\n")
-        self.pending.append(entry)
-        self.first = False
-        self.size += len(entry)
-        if self.size >= _BLOCK:
-            self.flush()
+    def __init__(self) -> None:
+        self.rules: dict[tuple[Any, ...], bytes] = {}
 
     def entry(self, result: ObjectResult) -> bytes:
         """orjson.dumps(object_entry(result), default=str), byte for byte (tests/audit/test_report_bytes.py)."""
@@ -100,6 +90,27 @@ class JsonReport:
                 self.rules.clear()
             found = self.rules[key] = orjson.dumps(_rule(outcome))
         return found
+
+
+class JsonReport:
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.first = True
+        self.pending: list[bytes] = []
+        self.size = 0
+        self.entries = JsonEntries()
+
+    def add(self, result: ObjectResult) -> None:
+        self.add_entry(self.entries.entry(result))
+
+    def add_entry(self, entry: bytes) -> None:
+        """An object's entry as JsonEntries.entry made it (here, or in an `audit --jobs` worker)."""
+        self.pending.append(b'{"objects":[\n' if self.first else b",\n")
+        self.pending.append(entry)
+        self.first = False
+        self.size += len(entry)
+        if self.size >= _BLOCK:
+            self.flush()
 
     def flush(self) -> None:
         self.out.write(b"".join(self.pending).decode())
