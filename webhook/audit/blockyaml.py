@@ -156,7 +156,8 @@ class Writer:
             if (kind is dict or kind is list) and value and like is not None:
                 earlier, lines, where = like
                 found = where.get(key)
-                if found is not None and _same(earlier[key], value):
+                # the engine's copy-on-write leaves what a patch did not touch as the same object
+                if found is not None and (earlier[key] is value or _same(earlier[key], value)):
                     out.append(line + "\n")  # the entry's lines below its key depend on its value and indent only
                     out.extend(lines[found[0] : found[1]])
                     continue
