@@ -463,31 +463,33 @@ class Decision:
                         found.extend(entry.patch)
             elif order.get(rule, "") == "":  # not matched so far and no reason yet
                 order[rule] = entry.reason
-        if not (self.errors or self.violations or self.warnings or self.audits):
-            shared = _SHARED.get  # the lookup shared_outcome makes, inline: this loop runs for every rule
-            return [
-                _quiet(rule, None, patches[rule])
-                if rule in patches
-                else shared(key := (rule, _PASS, "") if reason is None else (rule, _SKIP, reason))
-                or shared_outcome(*key)
-                for rule, reason in order.items()
-            ]
-        results, messages, blocks, relaxed = self._findings(order)
-        summary = []
-        for rule, reason in order.items():
-            said = messages.get(rule)
-            if rule not in results or (said is None and rule not in blocks and rule not in relaxed):
-                summary.append(_quiet(rule, reason, patches.get(rule), results.get(rule)))
+        findings = self._findings(order) if self.errors or self.violations or self.warnings or self.audits else None
+        shared = _SHARED.get  # the lookup shared_outcome makes, inline: this loop runs for every rule
+        summary = [
+            _quiet(rule, None, patches[rule])
+            if rule in patches
+            else shared(key := (rule, _PASS, "") if reason is None else (rule, _SKIP, reason)) or shared_outcome(*key)
+            for rule, reason in order.items()
+        ]
+        if findings is None:
+            return summary
+        # the few rules with findings: their outcome replaces what the trace alone said
+        results, messages, blocks, relaxed = findings
+        for index, rule in enumerate(order):
+            result = results.get(rule)
+            if result is None:
                 continue
-            summary.append(  # a finding (never skip: no reason to give)
-                RuleOutcome(
-                    rule=rule,
-                    result=results[rule],
-                    messages=tuple(said or ()),
-                    patch=tuple(patches.get(rule, ())),
-                    blocks=rule in blocks,
-                    relaxed=rule in relaxed,
-                )
+            said = messages.get(rule)
+            if said is None and rule not in blocks and rule not in relaxed:
+                summary[index] = _quiet(rule, order[rule], patches.get(rule), result)
+                continue
+            summary[index] = RuleOutcome(  # a finding (never skip: no reason to give)
+                rule=rule,
+                result=result,
+                messages=tuple(said or ()),
+                patch=tuple(patches.get(rule, ())),
+                blocks=rule in blocks,
+                relaxed=rule in relaxed,
             )
         return summary
 
