@@ -42,7 +42,7 @@ PARTS: list[tuple[str, tuple[str, ...]]] = [
     ("YAML: fastyaml (libyaml path; go_plain for rapid.py's checks)", ("fastyaml.py",)),
     ("YAML: reference loader", ("yaml/constructor.py", "Loader.construct_mapping (")),
     ("diff: YAML dump", ("plain_yaml", "blockyaml.py", "pyyaml_dump (", "yaml/emitter.py", "_node (")),
-    ("diff: difflib", ("difflib.py",)),
+    ("diff: difflib and linediff", ("difflib.py", "linediff.py")),
     ("JSON report", ("webhook/audit/formats/",)),
     ("engine: CEL", ("webhook/engine/cel.py", "celhelpers.py")),
     ("engine: GPU count", ("webhook/engine/resources.py",)),

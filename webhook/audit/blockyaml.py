@@ -148,14 +148,16 @@ class Writer:
         # like: an earlier mapping at the same place, its lines and spans (the entries to copy)
         pad = " " * indent
         head = first
+        keys, values = self.keys, self.values  # the caches' hits inline; the methods do the rest
         for key, value in mapping.items():
-            line = f"{head}{self._key_text(key)}:"
+            line = f"{head}{keys.get(key) or self._key_text(key)}:"
             head = pad
             kind = value.__class__
             if (kind is dict or kind is list) and value and like is not None:
                 earlier, lines, where = like
                 found = where.get(key)
-                if found is not None and _same(earlier[key], value):
+                # the engine's copy-on-write leaves what a patch did not touch as the same object
+                if found is not None and (earlier[key] is value or _same(earlier[key], value)):
                     out.append(line + "\n")  # the entry's lines below its key depend on its value and indent only
                     out.extend(lines[found[0] : found[1]])
                     continue
@@ -183,7 +185,10 @@ class Writer:
                 else:
                     out.append(line + " []\n")
             else:
-                out.append(f"{line} {self._scalar(value, len(line) + 1, width)}\n")
+                text = values.get((kind, value)) if kind is str or kind is int else None
+                if text is None or (len(line) + 1 + len(text) > width and (" " in text or text[:1] == '"')):
+                    text = self._scalar(value, len(line) + 1, width)  # a miss, or _Unsure
+                out.append(f"{line} {text}\n")
 
     def _sequence(self, sequence: list[Any], indent: int, first: str, out: list[str], width: int) -> None:
         pad = " " * indent
@@ -203,4 +208,7 @@ class Writer:
                 else:
                     out.append(line + "[]\n")
             else:
-                out.append(line + self._scalar(item, len(line), width) + "\n")
+                text = self.values.get((kind, item)) if kind is str or kind is int else None
+                if text is None or (len(line) + len(text) > width and (" " in text or text[:1] == '"')):
+                    text = self._scalar(item, len(line), width)  # a miss, or _Unsure
+                out.append(line + text + "\n")

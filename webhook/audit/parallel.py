@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from webhook.engine import Mode, Result, RuleOutcome, RuleSet
+from webhook.engine.model import shared_outcome
 
 from .context import NamespaceContext
-from .results import ObjectRef, ObjectResult, audit
+from .formats.structured import JsonEntries
+from .results import ObjectRef, ObjectResult, Tally, audit
 from .sources import read_manifests
 
 # order-dependent cluster context (context.py _CLUSTER_CONTEXT_KINDS): what makes a file unsafe to split
@@ -32,7 +34,9 @@ _ORDERED_CONTEXT = re.compile(
     rb"kind:\s*[\"']?(PriorityClass|ResourceClaim|ResourceClaimTemplate)\b|\"kind\"\s*:\s*\"(PriorityClass|ResourceClaim|ResourceClaimTemplate)\""
 )
 
-Event = tuple[str, Any]  # ("result", ObjectResult) | ("problem", message) | ("note", message)
+# ("result", ObjectResult) | ("problem", message) | ("note", message); with `entries` (the JSON
+# report): ("entry", bytes) per object and ("tally", Tally) per file instead of results
+Event = tuple[str, Any]
 _RESULTS = {r.value: r for r in Result}
 
 _worker: dict[str, Any] = {}
@@ -52,9 +56,15 @@ def parallel_safe(files: list[str]) -> bool:
 
 
 def _init(
-    ruleset: RuleSet, namespaces: dict[str, dict[str, Any]], default_namespace: str | None, mode: Mode, diffs: bool
+    ruleset: RuleSet,
+    namespaces: dict[str, dict[str, Any]],
+    default_namespace: str | None,
+    mode: Mode,
+    diffs: bool,
+    entries: bool = False,
 ) -> None:
     _worker.update(ruleset=ruleset, namespaces=namespaces, default_namespace=default_namespace, mode=mode, diffs=diffs)
+    _worker["entries"] = JsonEntries() if entries else None
 
 
 def _audit_file(path: str) -> list[Event]:
@@ -65,24 +75,42 @@ def _audit_file(path: str) -> list[Event]:
         problems=lambda message: events.append(("problem", message)),
         notes=lambda message: events.append(("note", message)),
     )
-    for result in audit(_worker["ruleset"], items, context, _worker["mode"], _worker["diffs"]):
-        events.append(("result", pack(result)))
+    results = audit(_worker["ruleset"], items, context, _worker["mode"], _worker["diffs"])
+    entries: JsonEntries | None = _worker["entries"]
+    if entries is None:
+        events.extend(("result", pack(result)) for result in results)
+        return events
+    # the JSON report's bytes and the file's counts: the parent, which writes every object
+    # alone, only copies bytes and adds counts (nothing to rebuild, a fraction to unpickle)
+    tally = Tally()
+    for result in results:
+        tally.add(result)
+        events.append(("entry", entries.entry(result)))
+    events.append(("tally", tally))
     return events
 
 
 def pack(result: ObjectResult) -> tuple[Any, ...]:
     """What the reports need of a result, as plain values with the diff rendered: pickling the
-    dataclasses and enums themselves cost more than auditing the object (800 µs against 400)."""
+    dataclasses and enums themselves cost more than auditing the object (800 µs against 400).
+    An outcome with nothing of its own (no messages, patch, block) goes as (rule, result, reason)
+    and comes back as the engine's shared instance (model.shared_outcome): the parent, which
+    reports every object alone, builds only the outcomes that say something."""
     ref = result.ref
-    outcomes = [(o.rule, o.result.value, o.messages, o.patch, o.blocks, o.relaxed, o.reason) for o in result.outcomes]
+    outcomes = [
+        (o.rule, o.result.value, o.reason)
+        if not (o.messages or o.patch or o.blocks or o.relaxed)
+        else (o.rule, o.result.value, o.messages, o.patch, o.blocks, o.relaxed, o.reason)
+        for o in result.outcomes
+    ]
     return (ref.api_version, ref.kind, ref.namespace, ref.name, ref.uid, result.origin, result.gpus, outcomes,
             result.patch, result.diff())  # fmt: skip
 
 
 def unpack(packed: tuple[Any, ...]) -> ObjectResult:
     outcomes = [
-        RuleOutcome(rule, _RESULTS[result], messages, patch, blocks, relaxed, reason)
-        for rule, result, messages, patch, blocks, relaxed, reason in packed[7]
+        shared_outcome(o[0], _RESULTS[o[1]], o[2]) if len(o) == 3 else RuleOutcome(o[0], _RESULTS[o[1]], *o[2:])
+        for o in packed[7]
     ]
     return ObjectResult(ObjectRef(*packed[:5]), packed[5], packed[6], outcomes, packed[8], {}, None, packed[9])
 
@@ -95,12 +123,14 @@ def audit_files(
     default_namespace: str | None,
     mode: Mode = Mode.ENFORCE,
     diffs: bool = True,
+    entries: bool = False,
 ) -> Iterator[Event]:
-    """The events of every file, in file order, from `jobs` worker processes."""
+    """The events of every file, in file order, from `jobs` worker processes (`entries`: the
+    JSON report's entry bytes and a tally per file instead of results)."""
     # fork shares the loaded rules with the workers; spawn (macOS) pickles them once per worker
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     context = multiprocessing.get_context(method)
-    with context.Pool(jobs, _init, (ruleset, namespaces, default_namespace, mode, diffs)) as pool:
+    with context.Pool(jobs, _init, (ruleset, namespaces, default_namespace, mode, diffs, entries)) as pool:
         pending: deque[Any] = deque()
         queue: Iterable[str] = iter(files)
         for path in queue:

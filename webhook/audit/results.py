@@ -9,7 +9,6 @@ as for ten.
 
 from __future__ import annotations
 
-import difflib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from webhook.engine import Mode, Phase, Result, RuleOutcome, RuleSet, evaluate
 from webhook.engine.model import DEFAULT_LIMITS, NO_NAMESPACE_CONTEXT, SEVERITY, Limits
 
 from .context import NamespaceContext, plain_yaml_pair
+from .linediff import unified_diff
 from .sources import Item
 
 # what a report counts, worst first (Result's own order); `skip` only counts rules that were
@@ -29,7 +29,8 @@ _PASS_RANK = SEVERITY[Result.PASS]
 # the worst of PASS and the outcomes' results: an object is `pass` when its rules passed or were skipped
 _BY_RANK = [min(result, Result.PASS, key=SEVERITY.__getitem__) for result in sorted(SEVERITY, key=SEVERITY.__getitem__)]
 _RESULT, _BLOCKS, _REASON = attrgetter("result"), attrgetter("blocks"), attrgetter("reason")
-_RULE_RESULT, _PATCH = attrgetter("rule", "result"), attrgetter("patch")
+_RULE, _PATCH = attrgetter("rule"), attrgetter("patch")
+Signature = tuple[tuple[str, ...], tuple[Result, ...], tuple[bool, ...] | None]
 _SIGNATURES = 1 << 12  # distinct sequences of outcomes kept before they are folded into counts per rule
 
 # The server's per-request time budget guards it against costly objects; offline, a report must
@@ -111,7 +112,7 @@ class ObjectResult:
         if self.mutated is None:
             return ""
         before, after = plain_yaml_pair(self.original, self.mutated)
-        return "".join(difflib.unified_diff(before, after, "submitted", "after mutation", n=2))
+        return unified_diff(before, after, "submitted", "after mutation", 2)
 
 
 def audit(
@@ -174,7 +175,9 @@ class Tally:
     # per rule: objects counted by the sequence of their (rule, result) pairs (and which rules patched), one dict
     # update per object, folded into (rule, result) -> objects when a report reads `rules` (or when
     # there are many sequences: memory stays bounded)
-    signatures: dict[tuple[tuple[tuple[str, Result], ...], tuple[bool, ...] | None], int] = field(default_factory=dict)
+    # (the rules, their results, which patched or None): a count in a one-item list, so that an object
+    # already seen hashes its key once
+    signatures: dict[Signature, list[int]] = field(default_factory=dict)
     rule_results: Counter[tuple[str, Result]] = field(default_factory=Counter)
     rule_patched: Counter[str] = field(default_factory=Counter)
     rule_gpus_affected: Counter[str] = field(default_factory=Counter)
@@ -193,15 +196,17 @@ class Tally:
             counts = self.namespaces[namespace] = Counter()
         counts[worst] += 1
         outcomes = result.outcomes
-        pairs = tuple(map(_RULE_RESULT, outcomes))
-        signature: tuple[tuple[tuple[str, Result], ...], tuple[bool, ...] | None]
+        patched = None
         if result.patch:
             self.patched_objects += 1
-            signature = (pairs, tuple(map(bool, map(_PATCH, outcomes))))
-        else:
-            signature = (pairs, None)
+            patched = tuple(map(bool, map(_PATCH, outcomes)))
+        signature = (tuple(map(_RULE, outcomes)), tuple(map(_RESULT, outcomes)), patched)
         signatures = self.signatures
-        signatures[signature] = signatures.get(signature, 0) + 1
+        count = signatures.get(signature)
+        if count is not None:
+            count[0] += 1
+        else:
+            signatures[signature] = [1]
         if len(signatures) > _SIGNATURES:
             self.fold()
         if worst is not Result.PASS and worst is not Result.SKIP:
@@ -212,13 +217,36 @@ class Tally:
                     if outcome.result is not Result.PASS and outcome.result is not Result.SKIP:
                         self.rule_gpus_affected[outcome.rule] += gpus
 
+    def merge(self, other: Tally) -> None:
+        """Add the counts of another audit's tally (an `audit --jobs` worker's, for one file): the
+        same counts as adding its objects here. Not their first-seen order of rules, which
+        `rules` follows: only reports that sort it (as_dict) take merged tallies."""
+        self.objects += other.objects
+        self.objects_by_worst.update(other.objects_by_worst)
+        self.blocked_objects += other.blocked_objects
+        self.patched_objects += other.patched_objects
+        self.skipped_objects += other.skipped_objects
+        self.gpus += other.gpus
+        self.gpus_affected += other.gpus_affected
+        for namespace, counts in other.namespaces.items():
+            mine = self.namespaces.get(namespace)
+            if mine is None:
+                self.namespaces[namespace] = Counter(counts)
+            else:
+                mine.update(counts)
+        self.namespace_gpus_affected.update(other.namespace_gpus_affected)
+        other.fold()
+        self.rule_results.update(other.rule_results)
+        self.rule_patched.update(other.rule_patched)
+        self.rule_gpus_affected.update(other.rule_gpus_affected)
+
     def fold(self) -> None:
         """Move the counts per sequence of outcomes into the counts per rule."""
-        for (pairs, patched), objects in self.signatures.items():
-            for pair in pairs:
+        for (names, results, patched), (objects,) in self.signatures.items():
+            for pair in zip(names, results, strict=True):
                 self.rule_results[pair] += objects
             if patched is not None:
-                for (name, _), edited in zip(pairs, patched, strict=True):
+                for name, edited in zip(names, patched, strict=True):
                     if edited:
                         self.rule_patched[name] += objects
         self.signatures.clear()

@@ -136,11 +136,20 @@ def run(args: argparse.Namespace) -> int:
                 if files is not None:
                     from webhook.audit.parallel import audit_files
 
-                    for kind, value in audit_files(files, args.jobs, ruleset, namespaces, args.namespace, diffs=diffs):
+                    # the JSON report takes its entries as the workers wrote them, and their counts per file
+                    entries = output == "json"
+                    for kind, value in audit_files(
+                        files, args.jobs, ruleset, namespaces, args.namespace, diffs=diffs, entries=entries
+                    ):
                         if kind == "result":
                             tally.add(value)
                             report.add(value)
                             progress.advance()
+                        elif kind == "entry":
+                            report.add_entry(value)  # type: ignore[attr-defined]
+                            progress.advance()
+                        elif kind == "tally":
+                            tally.merge(value)
                         else:
                             (problem if kind == "problem" else warn)(value)
                     items = iter(())

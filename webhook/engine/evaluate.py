@@ -227,7 +227,8 @@ class _Run:
         """The trace entry of this rule on this target (the scratch entry when not tracing)."""
         if not self.trace:
             return self._scratch
-        entry = RuleTrace(rule=rule.name, target=target.description, matched=reason is None, reason=reason or "")
+        # positional: half the cost of keywords, for every candidate rule and target of every object offline
+        entry = RuleTrace(rule.name, target.description, reason is None, reason or "")
         self.decision.trace.append(entry)
         return entry
 

@@ -445,30 +445,71 @@ class Decision:
         An error is an error: a rule that could not be evaluated is `error` (with `blocks` when its
         failurePolicy denied), never a failure plus an error.
         """
-        order: dict[str, None] = {}
-        matched: set[str] = set()
-        reasons: dict[str, str] = {}
+        # One pass over the trace (every candidate rule, in order), then the few findings
+        # (errors, violations) when there are any. A rule that passed or was skipped without
+        # anything of its own (messages, patch) gets a shared outcome: they are immutable, and
+        # building ~30 of them per object was most of the cost of this summary offline.
+        order: dict[str, str | None] = {}  # rule -> the reason it did not match; None once it matched
         patches: dict[str, list[dict[str, Any]]] = {}
-        messages: dict[str, list[str]] = {}
+        for entry in self.trace:
+            rule = entry.rule
+            if entry.matched:
+                order[rule] = None
+                if entry.patch:
+                    found = patches.get(rule)
+                    if found is None:
+                        patches[rule] = list(entry.patch)
+                    else:
+                        found.extend(entry.patch)
+            elif order.get(rule, "") == "":  # not matched so far and no reason yet
+                order[rule] = entry.reason
+        findings = self._findings(order) if self.errors or self.violations or self.warnings or self.audits else None
+        shared = _SHARED.get  # the lookup shared_outcome makes, inline: this loop runs for every rule
+        summary = [
+            _quiet(rule, None, patches[rule])
+            if rule in patches
+            else shared(key := (rule, _PASS, "") if reason is None else (rule, _SKIP, reason)) or shared_outcome(*key)
+            for rule, reason in order.items()
+        ]
+        if findings is None:
+            return summary
+        # the few rules with findings: their outcome replaces what the trace alone said
+        results, messages, blocks, relaxed = findings
+        for index, rule in enumerate(order):
+            result = results.get(rule)
+            if result is None:
+                continue
+            said = messages.get(rule)
+            if said is None and rule not in blocks and rule not in relaxed:
+                summary[index] = _quiet(rule, order[rule], patches.get(rule), result)
+                continue
+            summary[index] = RuleOutcome(  # a finding (never skip: no reason to give)
+                rule=rule,
+                result=result,
+                messages=tuple(said or ()),
+                patch=tuple(patches.get(rule, ())),
+                blocks=rule in blocks,
+                relaxed=rule in relaxed,
+            )
+        return summary
+
+    def _findings(
+        self, order: dict[str, str | None]
+    ) -> tuple[dict[str, Result], dict[str, list[str]], set[str], set[str]]:
+        """Per rule, from the errors and violations: its worst result, its messages (each once, errors
+        first), whether it blocks, whether it was relaxed. Rules met only here join `order`."""
         results: dict[str, Result] = {}
+        messages: dict[str, list[str]] = {}
         blocks: set[str] = set()
         relaxed: set[str] = set()
 
         def worsen(rule: str, result: Result, message: str = "") -> None:
-            order.setdefault(rule)
+            order.setdefault(rule, "")
             if rule not in results or SEVERITY[result] < SEVERITY[results[rule]]:
                 results[rule] = result
             if message and message not in messages.setdefault(rule, []):
                 messages[rule].append(message)
 
-        for entry in self.trace:
-            order.setdefault(entry.rule)
-            if entry.matched:
-                matched.add(entry.rule)
-                if entry.patch:
-                    patches.setdefault(entry.rule, []).extend(entry.patch)
-            elif entry.reason:
-                reasons.setdefault(entry.rule, entry.reason)
         for error in self.errors:
             worsen(error.rule, Result.ERROR, error.message)
         for bucket in (self.violations, self.warnings, self.audits):
@@ -482,21 +523,36 @@ class Decision:
                         worsen(violation.rule, Result.ERROR, violation.message)
                     continue
                 worsen(violation.rule, _ACTION_RESULT[violation.action], violation.message)
-        summary = []
-        for rule in order:
-            result = results.get(rule) or (Result.PASS if rule in matched else Result.SKIP)
-            summary.append(
-                RuleOutcome(
-                    rule=rule,
-                    result=result,
-                    messages=tuple(messages.get(rule, ())),
-                    patch=tuple(patches.get(rule, ())),
-                    blocks=rule in blocks,
-                    relaxed=rule in relaxed,
-                    reason=reasons.get(rule, "") if result == Result.SKIP else "",
-                )
-            )
-        return summary
+        return results, messages, blocks, relaxed
+
+
+_PASS, _SKIP = Result.PASS, Result.SKIP
+_SHARED: dict[tuple[str, Result, str], RuleOutcome] = {}
+_SHARED_LIMIT = 1 << 12  # distinct shared outcomes kept (rules x results x reasons); cleared when full
+
+
+def shared_outcome(rule: str, result: Result, reason: str = "") -> RuleOutcome:
+    """RuleOutcome(rule, result, reason=reason) for a rule with nothing of its own to say (no messages,
+    patch, block or relaxation): immutable, so one instance serves every object (most rules, offline)."""
+    key = (rule, result, reason)
+    found = _SHARED.get(key)
+    if found is None:
+        if len(_SHARED) >= _SHARED_LIMIT:
+            _SHARED.clear()
+        found = _SHARED[key] = RuleOutcome(rule, result, reason=reason)
+    return found
+
+
+def _quiet(
+    rule: str, reason: str | None, patch: list[dict[str, Any]] | None, result: Result | None = None
+) -> RuleOutcome:
+    """The outcome of a rule without messages or a block: a finding's `result`, or else as the trace
+    says, pass (matched: reason None) or skip (with the reason)."""
+    if result is None:
+        result = Result.PASS if reason is None else Result.SKIP
+    if patch:
+        return RuleOutcome(rule, result, patch=tuple(patch))
+    return shared_outcome(rule, result, (reason or "") if result is Result.SKIP else "")
 
 
 _ACTION_RESULT = {Action.DENY: Result.FAIL, Action.WARN: Result.WARN, Action.AUDIT: Result.AUDIT}

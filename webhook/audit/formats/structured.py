@@ -60,27 +60,23 @@ _BLOCK = 1 << 16  # bytes of report written at once
 _RULE_CACHE_LIMIT = 1 << 12  # distinct rule entries kept as bytes; cleared when full
 
 
-class JsonReport:
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-        self.first = True
-        self.pending: list[bytes] = []
-        self.size = 0
-        self.rules: dict[tuple[Any, ...], bytes] = {}
+class JsonEntries:
+    """The bytes of one object's entry in the JSON report (its rule entries without messages kept).
+    The report makes them; so do `audit --jobs` workers, which send the parent bytes to write."""
 
-    def add(self, result: ObjectResult) -> None:
-        entry = self.entry(result)
-        self.pending.append(b'{"objects":[\n' if self.first else b",\n")
-        self.pending.append(entry)
-        self.first = False
-        self.size += len(entry)
-        if self.size >= _BLOCK:
-            self.flush()
+    def __init__(self) -> None:
+        self.rules: dict[tuple[Any, ...], bytes] = {}
+        # the engine shares one outcome per rule, result and reason among objects (model.shared_outcome):
+        # those are looked up by identity; each is kept here beside its bytes, so that its id cannot be
+        # another object's while it is here
+        self.shared: dict[int, tuple[RuleOutcome, bytes]] = {}
 
     def entry(self, result: ObjectResult) -> bytes:
         """orjson.dumps(object_entry(result), default=str), byte for byte (tests/audit/test_report_bytes.py)."""
         # the head's `}` gives way to the rules (then the patch and diff), as object_entry orders them
-        parts = [orjson.dumps(_head(result))[:-1], b',"rules":[', b",".join([self.rule(o) for o in result.outcomes]), b"]"]
+        shared, rule = self.shared.get, self.rule
+        rules = [found[1] if (found := shared(id(o))) is not None else rule(o) for o in result.outcomes]
+        parts = [orjson.dumps(_head(result))[:-1], b',"rules":[', b",".join(rules), b"]"]
         if result.patch:
             # OPT_PASSTHROUGH_DATETIME is not set: YAML timestamps come out as RFC 3339 strings
             parts += (b',"patch":', orjson.dumps(result.patch, default=str))
@@ -99,7 +95,32 @@ class JsonReport:
             if len(self.rules) >= _RULE_CACHE_LIMIT:
                 self.rules.clear()
             found = self.rules[key] = orjson.dumps(_rule(outcome))
+        if not (outcome.patch or outcome.blocks or outcome.relaxed):  # a shared one: next time by identity
+            if len(self.shared) >= _RULE_CACHE_LIMIT:
+                self.shared.clear()
+            self.shared[id(outcome)] = (outcome, found)
         return found
+
+
+class JsonReport:
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.first = True
+        self.pending: list[bytes] = []
+        self.size = 0
+        self.entries = JsonEntries()
+
+    def add(self, result: ObjectResult) -> None:
+        self.add_entry(self.entries.entry(result))
+
+    def add_entry(self, entry: bytes) -> None:
+        """An object's entry as JsonEntries.entry made it (here, or in an `audit --jobs` worker)."""
+        self.pending.append(b'{"objects":[\n' if self.first else b",\n")
+        self.pending.append(entry)
+        self.first = False
+        self.size += len(entry)
+        if self.size >= _BLOCK:
+            self.flush()
 
     def flush(self) -> None:
         self.out.write(b"".join(self.pending).decode())
