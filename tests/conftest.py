@@ -127,6 +127,10 @@ SLOW: dict[str, str] = {
     "tests/audit/test_yaml_compat.py::test_rapidyaml_memory_stays_flat": "a memory soak (thousands of parses)",
     "tests/audit/test_blockyaml.py::test_the_same_bytes_as_pyyaml": "hypothesis, generated documents",
     "tests/audit/test_blockyaml_fast.py": "hypothesis, generated and edited documents",
+    "tests/audit/test_linediff.py::test_same_bytes_as_difflib": "hypothesis, generated line lists against difflib",
+    "tests/audit/test_linediff.py::test_same_bytes_as_difflib_around_autojunk": "hypothesis, 200-line lists against difflib",
+    "tests/audit/test_outcomes_fold.py::test_outcomes_are_the_previous_fold": "hypothesis, 400 random decisions",
+    "tests/engine/test_activation_variables_differential.py": "every suite case of the pack, evaluated twice",
     # a live TLS server per test (its own certificates, rules copy, event loop and reload thread)
     "tests/server/test_admission_https.py": "a live server per test",
     "tests/server/test_record_reviews.py": "a live server per test; one runs `serve --help` as a subprocess",
