@@ -45,6 +45,8 @@ RULES = {
     "pod-spec-index": "!['hostPID'].exists(f, f in podSpec && podSpec[f] == true)",
     # a string literal and a comment that name fields read nothing; the real read does
     "literal": "'object.spec' != object.kind // object.status",
+    # CEL's leading dot names the variable itself: its fields are read like any other's
+    "leading-dot": "!has(.object.spec.hostPID) || .object.spec.hostPID != true",
 }
 
 
@@ -91,3 +93,5 @@ def test_read_paths() -> None:
     assert read_paths("[namespaceObject != null]") == {"namespaceObject": set()}
     assert read_paths("namespaceObject != null + 1") == {"namespaceObject": {()}}  # not a plain null test
     assert read_paths("'request.userInfo' // request.x") == {}
+    assert read_paths("x in .object.spec.containers") == {"object": {("spec", "containers")}}
+    assert read_paths("has(.object.metadata.labels) && y.?object.z") == {"object": {("metadata", "labels")}}

@@ -337,21 +337,8 @@ def _references(source: str) -> frozenset[str]:
     return frozenset(
         name
         for name in (*VARIABLES, *TARGET_VARIABLES)
-        if any(not _selected(blank, found.start()) for found in re.finditer(rf"\b{name}\b", blank))
+        if any(not celsyntax.selected(blank, found.start()) for found in re.finditer(rf"\b{name}\b", blank))
     )
-
-
-_SELECTION = re.compile(r"(?:([A-Za-z_][A-Za-z0-9_]*)|[)\]}'\"])\s*\.\s*\??\s*$")
-
-
-def _selected(blank: str, start: int) -> bool:
-    """Whether the name at `start` is selected from a value before it (`x.name`, `f(x).name`, `x.?name`).
-
-    A dot after an operator, a parenthesis or the `in` operator is CEL's leading dot (`.name`:
-    the variable itself, resolved from the root scope), not a selection.
-    """
-    found = _SELECTION.search(blank, 0, start)
-    return found is not None and found.group(1) != "in"
 
 
 def _rewritten(text: str, found: list[celsyntax.Token] | None) -> str:

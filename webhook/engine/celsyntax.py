@@ -123,6 +123,21 @@ def blank(text: str, fill: str = " ") -> str:
     return "".join(out)
 
 
+# a name selected from the value before it: after an identifier, a closing bracket or a literal's quote
+_SELECTION = re.compile(r"(?:([A-Za-z_][A-Za-z0-9_]*)|[)\]}'\"])\s*\.\s*\??\s*$")
+
+
+def selected(blank_text: str, start: int) -> bool:
+    """Whether the name at `start` of a blanked text is a field of the value before it (`x.name`,
+    `f(x).name`, `x.?name`), not a variable.
+
+    A dot after an operator, a parenthesis or the `in` operator is CEL's leading dot (`.name`:
+    the variable itself, resolved from the root scope), not a selection.
+    """
+    found = _SELECTION.search(blank_text, 0, start)
+    return found is not None and found.group(1) != "in"
+
+
 def split_arguments(found: list[Token], open_index: int) -> tuple[list[tuple[int, int]], int]:
     """The top-level comma-separated arguments of the bracket at found[open_index].
 

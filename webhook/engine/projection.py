@@ -38,9 +38,9 @@ def read_paths(source: str) -> dict[str, frozenset[tuple[str, ...]]]:
     blank = celsyntax.blank(source)  # string literals and comments read nothing
     found: dict[str, set[tuple[str, ...]]] = {}
     for match in _ACCESS.finditer(blank):
+        if celsyntax.selected(blank, match.start()):
+            continue  # a field of another value (x.object), not the variable; `.object` is the variable
         before = blank[: match.start()]
-        if before.rstrip().endswith("."):
-            continue  # a field of another value (x.object), not the variable
         names = _NAME.findall(match.group(2))
         after = blank[match.end() :]
         if names and after.lstrip().startswith("("):
