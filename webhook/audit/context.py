@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from webhook.engine import AdmissionInput
+from webhook.engine.pointer import is_map
 
 from .blockyaml import Writer
 
@@ -79,11 +80,10 @@ class NamespaceContext:
         return True
 
     def namespace_of(self, obj: Mapping[str, Any] | None) -> str | None:
-        # dicts are checked first: isinstance of an ABC costs a Python call, once per audited object
-        if not (obj.__class__ is dict or isinstance(obj, Mapping)) or obj.get("kind") in CLUSTER_SCOPED:
+        if not is_map(obj) or obj.get("kind") in CLUSTER_SCOPED:
             return None
         given = obj.get("metadata")
-        metadata = given if given.__class__ is dict or isinstance(given, Mapping) else {}
+        metadata = given if is_map(given) else {}
         found = metadata.get("namespace")
         return found if isinstance(found, str) and found else self.default_namespace
 
@@ -118,9 +118,9 @@ def _with_namespace(obj: dict[str, Any] | None, namespace: str | None) -> dict[s
     if obj is None or not namespace:
         return obj
     metadata = obj.get("metadata")
-    if (metadata.__class__ is dict or isinstance(metadata, Mapping)) and metadata.get("namespace"):
+    if is_map(metadata) and metadata.get("namespace"):
         return obj
-    return {**obj, "metadata": {**(metadata if isinstance(metadata, Mapping) else {}), "namespace": namespace}}
+    return {**obj, "metadata": {**(metadata if is_map(metadata) else {}), "namespace": namespace}}
 
 
 class _PlainDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]

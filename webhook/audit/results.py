@@ -17,6 +17,7 @@ from typing import Any
 
 from webhook.engine import Mode, Phase, Result, RuleOutcome, RuleSet, evaluate
 from webhook.engine.model import DEFAULT_LIMITS, NO_NAMESPACE_CONTEXT, SEVERITY, Limits
+from webhook.engine.pointer import is_map
 
 from .context import NamespaceContext, plain_yaml_pair
 from .linediff import unified_diff
@@ -49,8 +50,8 @@ class ObjectRef:
 
     @classmethod
     def of(cls, obj: Mapping[str, Any], namespace: str | None = None) -> ObjectRef:
-        given = obj.get("metadata")  # a dict (checked first: isinstance of an ABC costs a Python call)
-        metadata = given if given.__class__ is dict or isinstance(given, Mapping) else {}
+        given = obj.get("metadata")
+        metadata = given if is_map(given) else {}
         return cls(
             api_version=str(obj.get("apiVersion", "")),
             kind=str(obj.get("kind", "")),

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any
 
+from .pointer import is_map
 from .quantity import QuantityError, parse_quantity, quantity_of
 
 # Configuration, not code: a GPUWebhookConfig document in the rules directory replaces this list.
@@ -63,13 +64,13 @@ class Accelerators:
     def container_count(self, container: Mapping[str, Any]) -> int:
         """Accelerators one container asks for; a limit alone counts as the request (pod templates)."""
         resources = container.get("resources")
-        if not _is_map(resources):
+        if not is_map(resources):
             return 0
         # not named `requests`: bandit takes requests.get() for the HTTP library (B113)
         asked = resources.get("requests")
         limits = resources.get("limits")
-        asked = asked if _is_map(asked) else {}
-        limits = limits if _is_map(limits) else {}
+        asked = asked if is_map(asked) else {}
+        limits = limits if is_map(limits) else {}
         total = 0
         exact, prefixes = self.exact, self.prefixes
         for name in set(asked) | set(limits):
@@ -87,7 +88,7 @@ class Accelerators:
         sidecars keep running beside the app containers; the pod needs the larger of the two.
         Devices of DRA claims are reserved for the pod's whole life, whichever container uses them.
         """
-        if not _is_map(pod_spec):
+        if not is_map(pod_spec):
             return 0
         running = sum(self.container_count(c) for c in _containers(pod_spec, "containers"))
         sidecars = 0  # restartable init containers started so far
@@ -260,12 +261,7 @@ def _containers(pod_spec: Mapping[str, Any], field: str) -> list[Mapping[str, An
     value = pod_spec.get(field)
     if not isinstance(value, list):
         return []
-    return [c for c in value if _is_map(c)]
-
-
-def _is_map(value: object) -> TypeGuard[Mapping[str, Any]]:
-    """isinstance(value, Mapping), JSON's dict first: the ABC check costs several times more."""
-    return type(value) is dict or isinstance(value, Mapping)
+    return [c for c in value if is_map(c)]
 
 
 def whole_quantity(value: object) -> int:

@@ -26,7 +26,6 @@ except AttributeError:  # libyaml not compiled in
     _Loader = yaml.SafeLoader
 
 
-
 def plain_documents(text: str) -> list[Any]:
     """Every document of a YAML stream as plain values, without positions: yaml.safe_load_all at
     libyaml's speed (the pure-Python loader is ~10x slower on the rule pack and the manifests)."""
