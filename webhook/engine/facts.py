@@ -356,11 +356,8 @@ class Subject:
             return programs[members]
         if len(programs) >= FUSED_PROGRAMS_LIMIT:
             return None
-        texts: dict[int, str] = {}
-        for rule in self.projection.validating:
-            for expression in (rule.match.condition, rule.validate.expression if rule.validate else None):
-                if expression is not None and expression.bound_source is not None:
-                    texts[id(expression)] = expression.bound_source
+        # the members' texts: what Projection.fusion says each fusible expression runs
+        texts = {id(e): e.bound_source for fusible in self.projection.fusion.values() for e in fusible[:2] if e is not None}
         items = []
         for condition_id, validation_id in members:
             if condition_id and validation_id:
