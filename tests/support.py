@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 
 from webhook.certs import CA_FILE
+from webhook.engine import RuleSet, load_rules
 from webhook.server import Server, ServerConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,6 +40,15 @@ spec:
               resources: {limits: {nvidia.com/gpu: "1"}}
 ---
 """
+
+
+def load_rule_text(directory: Path, *documents: str) -> RuleSet:
+    """The rules of these YAML documents, written to DIRECTORY/rules.yaml and loaded; the test fails if they do not load."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "rules.yaml").write_text("---\n".join(documents))
+    result = load_rules(directory)
+    assert result.ok and result.ruleset is not None, result.errors
+    return result.ruleset
 
 
 def client_ssl(cert_dir: Path) -> ssl.SSLContext:

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.support import gpu_pod
-from webhook.engine import AdmissionInput, evaluate, load_rules
+from tests.support import gpu_pod, load_rule_text
+from webhook.engine import AdmissionInput, evaluate
 from webhook.engine.cel import CelEnvironment, _references
 from webhook.engine.resources import DEFAULT
 
@@ -72,9 +72,7 @@ def handed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[set[str]]]:
 
 
 def _decide(tmp_path: Path, expression: str, pod: dict[str, Any]) -> bool:
-    (tmp_path / "rule.yaml").write_text(RULE.format(name="only-what-it-reads", expression=expression))
-    ruleset = load_rules([tmp_path]).ruleset
-    assert ruleset is not None
+    ruleset = load_rule_text(tmp_path, RULE.format(name="only-what-it-reads", expression=expression))
     return evaluate(ruleset, AdmissionInput.offline(pod, namespace="team-a")).allowed
 
 

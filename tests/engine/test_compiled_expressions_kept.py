@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.support import gpu_pod
-from webhook.engine import AdmissionInput, Phase, evaluate, load_rules
+from tests.support import gpu_pod, load_rule_text
+from webhook.engine import AdmissionInput, Phase, evaluate
 
 RULE = """\
 apiVersion: gpu-webhook.io/v1alpha1
@@ -34,14 +34,6 @@ spec:
 """
 
 
-def _load(directory: Path, *documents: str) -> Any:
-    directory.mkdir(exist_ok=True)
-    (directory / "rules.yaml").write_text("---\n".join(documents))
-    result = load_rules(directory)
-    assert result.ok and result.ruleset is not None, result.errors
-    return result.ruleset
-
-
 def _programs(ruleset: Any) -> list[Any]:
     return [rule.validate.expression for rule in ruleset.rules]
 
@@ -53,8 +45,8 @@ def _denied_by(ruleset: Any, obj: dict[str, Any], namespace: dict[str, Any] | No
 
 def test_a_second_load_reuses_the_compiled_programs(tmp_path: Path) -> None:
     rule = RULE.format(name="needs-team", params="{label: team}", expression="params.label in object.metadata.labels")
-    first = _load(tmp_path / "a", rule)
-    second = _load(tmp_path / "b", rule)
+    first = load_rule_text(tmp_path / "a", rule)
+    second = load_rule_text(tmp_path / "b", rule)
     assert _programs(second)[0] is _programs(first)[0]
     unlabelled = gpu_pod()
     assert _denied_by(first, unlabelled) == _denied_by(second, unlabelled) == ["needs-team"]
@@ -62,7 +54,7 @@ def test_a_second_load_reuses_the_compiled_programs(tmp_path: Path) -> None:
 
 def test_other_params_are_another_program(tmp_path: Path) -> None:
     text = "params.label in object.metadata.labels"
-    ruleset = _load(
+    ruleset = load_rule_text(
         tmp_path,
         RULE.format(name="needs-team", params="{label: team}", expression=text),
         RULE.format(name="needs-owner", params="{label: owner}", expression=text),
@@ -76,8 +68,8 @@ def test_other_params_are_another_program(tmp_path: Path) -> None:
 
 def test_helpers_answer_for_their_own_accelerator_configuration(tmp_path: Path) -> None:
     rule = RULE.format(name="no-tpu-names", params="{}", expression="!isAccelerator('example.com/tpu')")
-    default = _load(tmp_path / "default", rule)
-    with_tpus = _load(tmp_path / "tpu", TPU_CONFIG, rule)
+    default = load_rule_text(tmp_path / "default", rule)
+    with_tpus = load_rule_text(tmp_path / "tpu", TPU_CONFIG, rule)
     assert _programs(default)[0] is not _programs(with_tpus)[0]
     assert _denied_by(default, gpu_pod()) == []
     assert _denied_by(with_tpus, gpu_pod()) == ["no-tpu-names"]
@@ -87,7 +79,7 @@ def test_params_without_a_cel_literal_keep_a_program_of_their_own(tmp_path: Path
     # Infinity has no CEL literal: such params are handed to the rule's own activation, so two
     # rules with the same text must not share a program (nor its per-namespace answers).
     text = "namespaceObject != null && params.label in namespaceObject.metadata.labels"
-    ruleset = _load(
+    ruleset = load_rule_text(
         tmp_path,
         RULE.format(name="needs-team", params="{label: team, most: .inf}", expression=text),
         RULE.format(name="needs-owner", params="{label: owner, most: .inf}", expression=text),
@@ -107,8 +99,8 @@ def test_fused_programs_are_kept_across_loads_too(tmp_path: Path) -> None:
     # the engine compiles a phase's fused program on the first request that needs it (~13 ms):
     # a reload that kept the rules must not make the next requests pay that again
     rule = RULE.format(name="needs-team", params="{label: team}", expression="params.label in object.metadata.labels")
-    first = _load(tmp_path / "a", rule)
-    second = _load(tmp_path / "b", rule)
+    first = load_rule_text(tmp_path / "a", rule)
+    second = load_rule_text(tmp_path / "b", rule)
     text = "[[object.kind == 'Pod'], [has(object.metadata.labels)]]"
     program = first.env.compile_program(text)
     assert program is not None and second.env.compile_program(text) is program

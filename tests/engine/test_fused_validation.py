@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import gpu_pod
+from tests.support import gpu_pod, load_rule_text
 from webhook.engine import AdmissionInput, Phase, evaluate, load_rules
 from webhook.engine.cel import MAX_FUSED_PER_RULE_SET, CompiledExpression
 
@@ -95,10 +95,7 @@ NAMESPACE = {
 
 @pytest.fixture
 def ruleset(tmp_path: Path) -> Any:
-    (tmp_path / "rules.yaml").write_text(RULES)
-    result = load_rules(tmp_path)
-    assert result.ok and result.ruleset is not None, result.errors
-    return result.ruleset
+    return load_rule_text(tmp_path, RULES)
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support import ADDS_A_GPU_INIT_CONTAINER, cpu_pod, gpu_pod
-from webhook.engine import AdmissionInput, evaluate, load_rules
+from tests.support import ADDS_A_GPU_INIT_CONTAINER, cpu_pod, gpu_pod, load_rule_text
+from webhook.engine import AdmissionInput, evaluate
 
 RULES = ADDS_A_GPU_INIT_CONTAINER + """\
 apiVersion: gpu-webhook.io/v1alpha1
@@ -29,9 +29,7 @@ spec:
 
 
 def test_gpu_count_follows_a_mutation_that_adds_a_gpu_container(tmp_path: Path) -> None:
-    (tmp_path / "rules.yaml").write_text(RULES)
-    ruleset = load_rules(tmp_path).ruleset
-    assert ruleset is not None
+    ruleset = load_rule_text(tmp_path, RULES)
     decision = evaluate(ruleset, AdmissionInput(object=cpu_pod(), namespace="team-a"))
     assert [v.rule for v in decision.warnings] == ["c-sees-gpus"]
     paths = [op["path"] for op in decision.patch]
@@ -39,9 +37,7 @@ def test_gpu_count_follows_a_mutation_that_adds_a_gpu_container(tmp_path: Path) 
 
 
 def test_unrelated_edits_keep_the_count(tmp_path: Path) -> None:
-    (tmp_path / "rules.yaml").write_text(RULES)
-    ruleset = load_rules(tmp_path).ruleset
-    assert ruleset is not None
+    ruleset = load_rule_text(tmp_path, RULES)
     pod = gpu_pod(initContainers=[{"name": "setup", "image": "busybox"}])  # merge adds nothing here
     decision = evaluate(ruleset, AdmissionInput(object=pod, namespace="team-a"))
     assert [op["path"] for op in decision.patch] == ["/spec/tolerations"]

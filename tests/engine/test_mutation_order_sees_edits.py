@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.support import gpu_pod
-from webhook.engine import AdmissionInput, Phase, evaluate, load_rules
+from tests.support import gpu_pod, load_rule_text
+from webhook.engine import AdmissionInput, Phase, evaluate
 
 RULES = """\
 apiVersion: gpu-webhook.io/v1alpha1
@@ -69,10 +69,7 @@ spec:
 
 @pytest.fixture
 def ruleset(tmp_path: Path) -> Any:
-    (tmp_path / "rules.yaml").write_text(RULES)
-    result = load_rules(tmp_path)
-    assert result.ok and result.ruleset is not None, result.errors
-    return result.ruleset
+    return load_rule_text(tmp_path, RULES)
 
 
 def test_each_expression_sees_the_edits_before_it(ruleset: Any) -> None:

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.support import gpu_pod
-from webhook.engine import AdmissionInput, evaluate, load_rules
+from tests.support import gpu_pod, load_rule_text
+from webhook.engine import AdmissionInput, evaluate
 from webhook.engine.projection import read_paths
 
 
@@ -65,10 +65,7 @@ def ruleset(tmp_path_factory: pytest.TempPathFactory) -> Any:
     text = "---\n".join(_rule(name, expression) for name, expression in RULES.items())
     # a rule of another kind that reads its object whole must not widen the Pod's projection
     text += "---\n" + _rule("widget", "string(object) != ''", "[Widget]")
-    (directory / "rules.yaml").write_text(text)
-    result = load_rules(directory)
-    assert result.ok and result.ruleset is not None, result.errors
-    return result.ruleset
+    return load_rule_text(directory, text)
 
 
 def test_rules_see_the_fields_they_read(ruleset: Any) -> None:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.support import gpu_pod
-from webhook.engine import AdmissionInput, evaluate, load_rules
+from tests.support import gpu_pod, load_rule_text
+from webhook.engine import AdmissionInput, evaluate
 from webhook.engine.cel import CelCompileError, CelEnvironment, cel_literal
 from webhook.engine.resources import DEFAULT
 
@@ -90,9 +90,7 @@ spec:
 
 
 def test_each_rule_sees_its_own_params_on_the_shared_activation(tmp_path: Path) -> None:
-    (tmp_path / "rules.yaml").write_text(RULES)
-    ruleset = load_rules(tmp_path).ruleset
-    assert ruleset is not None
+    ruleset = load_rule_text(tmp_path, RULES)
     bound = {rule.name: rule.validate.expression.params_bound for rule in ruleset.rules if rule.validate}
     assert bound == {"small-limit": True, "large-limit": True, "not-a-number": False}
     decision = evaluate(ruleset, AdmissionInput(object=gpu_pod(gpus=4), namespace="team-a"))
