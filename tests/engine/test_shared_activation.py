@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.support import gpu_pod, load_rule_text
-from webhook.engine import AdmissionInput, evaluate
+from webhook.engine import AdmissionInput, Result, evaluate
 from webhook.engine.cel import CelCompileError, CelEnvironment, cel_literal
 from webhook.engine.resources import DEFAULT
 
@@ -97,3 +97,22 @@ def test_each_rule_sees_its_own_params_on_the_shared_activation(tmp_path: Path) 
     assert decision.errors == []
     # 4 > 1 warns, 4 <= 8 passes; NaN (no literal, own activation) is not equal to itself: warns
     assert [v.rule for v in decision.warnings] == ["small-limit", "not-a-number"]
+
+
+def test_params_named_with_a_leading_dot_are_the_rules_params(tmp_path: Path) -> None:
+    """`.params` is CEL's leading dot: the variable from the root scope. Bound in as a constant
+    (cel.bind), the root variable was never handed over, so every such rule errored (denied under
+    failurePolicy Fail); it reads the rule's params like `params` does."""
+    expression = "containers.all(c, !has(c.env) || c.env.all(e, !(e.name in {}params.banned)))"
+    pod = gpu_pod()
+    pod["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    for prefix in ("", ".", ". "):
+        rule = (
+            "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: banned-env}\n"
+            "spec:\n  action: Deny\n  match: {kinds: [Pod]}\n  params: {banned: [NVIDIA_VISIBLE_DEVICES]}\n"
+            f"  validate:\n    expression: {expression.format(prefix)!r}\n    message: banned\n"
+        )
+        ruleset = load_rule_text(tmp_path / repr(prefix), rule)
+        outcomes = {o.rule: o for o in evaluate(ruleset, AdmissionInput.offline(pod)).outcomes()}
+        assert (outcomes["banned-env"].result, outcomes["banned-env"].messages) == (Result.FAIL, ("banned",)), prefix
+        assert evaluate(ruleset, AdmissionInput.offline(gpu_pod())).allowed, prefix

@@ -171,7 +171,9 @@ class CelEnvironment:
         """
         if not isinstance(text, str) or not text.strip():
             raise CelCompileError("expression is empty")
-        params_literal = None if params is None else cel_literal(params)
+        # `.params` (CEL's leading dot) reads the root variable, past the binding: such a text keeps
+        # the per-rule variable, as params without a literal do
+        params_literal = None if params is None or _reads_root(text, "params") else cel_literal(params)
         # params without a CEL literal run on the rule's own activation: its program is its own
         key = (text, params_literal, rewrite) if params is None or params_literal is not None else None
         compiled = self._compiled.get(key) if key is not None else None
@@ -339,6 +341,14 @@ def _references(source: str) -> frozenset[str]:
         for name in (*VARIABLES, *TARGET_VARIABLES)
         if any(not celsyntax.selected(blank, found.start()) for found in re.finditer(rf"\b{name}\b", blank))
     )
+
+
+def _reads_root(source: str, name: str) -> bool:
+    """Whether the text names the variable with CEL's leading dot (`.params`)."""
+    if name not in source:
+        return False
+    blank = celsyntax.blank(source)
+    return any(celsyntax.leading_dot(blank, found.start()) is not None for found in re.finditer(rf"\b{name}\b", blank))
 
 
 def _rewritten(text: str, found: list[celsyntax.Token] | None) -> str:

@@ -138,6 +138,17 @@ def selected(blank_text: str, start: int) -> bool:
     return found is not None and found.group(1) != "in"
 
 
+def leading_dot(blank_text: str, start: int) -> int | None:
+    """Where CEL's leading dot before the variable name at `start` is (`.params`: the variable from
+    the root scope, past any cel.bind or comprehension variable of that name), or None."""
+    if selected(blank_text, start):
+        return None
+    index = start - 1
+    while index >= 0 and blank_text[index].isspace():
+        index -= 1
+    return index if index >= 0 and blank_text[index] == "." else None
+
+
 def split_arguments(found: list[Token], open_index: int) -> tuple[list[tuple[int, int]], int]:
     """The top-level comma-separated arguments of the bracket at found[open_index].
 
