@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.export.equivalence import wrap
-from tests.support import gpu_pod
-from webhook.engine import RuleSet, load_rules
+from tests.export.apiserver import Apiserver
+from tests.export.equivalence import compare, wrap
+from tests.support import gpu_pod, load_rule_text
+from webhook.engine import AdmissionInput, RuleSet, load_rules
 from webhook.engine.resources import DEFAULT
 from webhook.engine.workloads import WORKLOADS, pod_template_targets
 from webhook.export import export
@@ -136,3 +137,29 @@ def test_a_rule_over_the_cost_limit_is_refused(tmp_path: Path) -> None:
     )
     refused = {r.rule: r.reason for r in export(load_rules(rules).require()).refused}
     assert "per-expression limit" in refused["quadratic"]
+
+
+def test_a_leading_dot_exports_as_the_variable_it_names(tmp_path: Path) -> None:
+    """CEL's leading dot (`.containers`: the variable from the root scope) reads the engine variable,
+    so the export rewrites it as it rewrites `containers`: the policy decides as the engine does."""
+    ruleset = load_rule_text(
+        tmp_path,
+        "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: leading-dot}\n"
+        "spec:\n  action: Deny\n  match: {kinds: [Pod, Deployment]}\n"
+        "  params: {banned: [NVIDIA_VISIBLE_DEVICES]}\n"
+        "  validate:\n"
+        "    expression: >-\n"
+        "      .containers.all(c, !has(c.env) || c.env.all(e, !(e.name in .params.banned)))\n"
+        "    messageExpression: .target + ' sets a banned variable'\n",
+    )
+    exported = export(ruleset)
+    assert exported.exported == ["leading-dot"], exported.refused
+    bad = gpu_pod()
+    bad["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    server = Apiserver()
+    seen = []
+    for name, obj in [("good", gpu_pod()), ("bad", bad), ("bad deployment", wrap(bad, "Deployment"))]:
+        for comparison in compare(ruleset, exported, server, name, AdmissionInput.offline(obj)):
+            assert comparison.same, comparison
+            seen.append(comparison.engine[0])
+    assert seen == ["pass", "deny", "deny"]

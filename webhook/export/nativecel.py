@@ -227,22 +227,28 @@ def _rewrite(text: str, replacements: Mapping[str, Callable[[list[str], str], st
 
 
 def _substitute(text: str) -> str:
-    """Engine variables -> loop-variable fields; params -> variables.params. Strings and fields untouched."""
+    """Engine variables -> loop-variable fields; params -> variables.params. Strings and fields untouched.
+
+    Whether a name is a field (`x.target`) or the variable is the engine's own answer
+    (celsyntax.selected): CEL's leading dot (`.containers`, `x in .params.list`) names the
+    variable from the root scope, so it is substituted too, and its dot goes with it.
+    """
     blank = celsyntax.blank(text)
     out: list[str] = []
     position = 0
     for match in _IDENTIFIER.finditer(blank):
-        name = match.group()
-        before = blank[: match.start()].rstrip()
-        if before.endswith(".") or (match.start() > 0 and (blank[match.start() - 1].isdigit())):
-            continue  # a field selection (x.target) or part of a number
+        name, start = match.group(), match.start()
+        if (start > 0 and blank[start - 1].isdigit()) or celsyntax.selected(blank, start):
+            continue  # part of a number (1e5), or a field selection (x.target)
         if name in TARGET_FIELDS:
             replacement = f"{LOOP}.{TARGET_FIELDS[name]}"
         elif name == "params":
             replacement = "variables.params"
         else:
             continue
-        out.append(text[position : match.start()])
+        dot = celsyntax.leading_dot(blank, start)
+        start = start if dot is None else dot  # `gwT.containers`, not `.gwT.containers`
+        out.append(text[position:start])
         out.append(replacement)
         position = match.end()
     out.append(text[position:])
