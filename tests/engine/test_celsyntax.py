@@ -164,3 +164,14 @@ def test_lint_params_check_ignores_params_named_in_literals_and_comments(tmp_pat
     assert [str(e) for e in lint([rule])] == []
     rule.write_text(rule.read_text().replace("params.team !=", "params.teem !="))
     assert ["params.teem is not a param of this rule" in str(e) for e in lint([rule])] == [True]
+
+
+def test_lint_params_check_reads_a_leading_dot_and_not_a_field(tmp_path: Path) -> None:
+    """`.params.x` (CEL's leading dot) is the rule's params; `x.params.y` is a field of x."""
+    rule = tmp_path / "rule.yaml"
+    rule.write_text(
+        "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: r}\nspec:\n"
+        "  match: {kinds: [Pod]}\n  params: {team: a}\n  validate:\n"
+        '    expression: "object.metadata.labels.team in [.params.teem, object.params.tema]"\n    message: m\n'
+    )
+    assert ["params.teem is not a param of this rule" in str(e) for e in lint([rule])] == [True]

@@ -152,8 +152,8 @@ def _slow_forms(document: Document) -> Iterator[LoadError]:
             )
 
 
-# params.name, params['name'] (not other.params.name): the rule's own constants
-_PARAM_REFERENCE = re.compile(r"(?<![\w.])params\s*(?:\.\s*([A-Za-z_]\w*)|\[\s*['\"]([^'\"]+)['\"]\s*\])")
+# params.name, params['name'], .params.name (CEL's leading dot; not other.params.name: celsyntax.selected)
+_PARAM_REFERENCE = re.compile(r"(?<!\w)params\s*(?:\.\s*([A-Za-z_]\w*)|\[\s*['\"]([^'\"]+)['\"]\s*\])")
 
 
 def _param_errors(document: Document) -> Iterator[LoadError]:
@@ -167,8 +167,12 @@ def _param_errors(document: Document) -> Iterator[LoadError]:
         code = celsyntax.blank(text)  # a reference inside a literal or a comment is text, not a read
         for found in _PARAM_REFERENCE.finditer(text):
             name = found.group(1) or found.group(2)
-            if name in params or not code.startswith("params", found.start()):
-                continue
+            if (
+                name in params
+                or not code.startswith("params", found.start())
+                or celsyntax.selected(code, found.start())
+            ):
+                continue  # a param it has, text inside a literal, or a field of another value
             close = difflib.get_close_matches(name, [str(k) for k in params], n=1, cutoff=0.6)
             close = close or [k for k in map(str, params) if k.lower() == name.lower()]
             hint = f"; did you mean params.{close[0]}?" if close else ""
