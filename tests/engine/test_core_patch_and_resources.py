@@ -124,6 +124,21 @@ def test_limit_alone_counts_and_non_accelerators_do_not() -> None:
     assert DEFAULT.pod_count({"containers": "not-a-list"}) == 0
 
 
+def test_a_request_is_counted_before_its_limit_and_each_resource_once() -> None:
+    """The scheduler counts requests; an extended resource's request defaults to its limit when only
+    the limit is set (k8s.io/api core/v1 ResourceRequirements). JSON numbers count as themselves:
+    a bool is no quantity, and one past parse_quantity's range counts nothing, as its string does."""
+    both = container("t", requests={"nvidia.com/gpu": 2}, limits={"nvidia.com/gpu": 1, "nvidia.com/mig-1g.10gb": 3})
+    assert DEFAULT.container_count(both) == 2 + 3
+    assert DEFAULT.container_count(container("t", requests={"cpu": "1"}, limits={"nvidia.com/gpu": 4})) == 4
+    assert DEFAULT.container_count(container("t", limits={"nvidia.com/gpu": True})) == 0
+    assert DEFAULT.container_count(container("t", limits={"nvidia.com/gpu": -1})) == 0
+    assert DEFAULT.container_count(container("t", limits={"nvidia.com/gpu": 10**30})) == 10**30
+    for huge in (10**31, str(10**31)):
+        assert DEFAULT.container_count(container("t", limits={"nvidia.com/gpu": huge})) == 0
+    assert DEFAULT.container_count(container("t", limits={1: 5, "nvidia.com/gpu": "2"})) == 2  # YAML's int key
+
+
 def test_accelerator_patterns_are_configuration() -> None:
     custom = Accelerators.from_patterns(["example.com/tpu", "vendor.io/gpu-*"])
     assert "vendor.io/gpu-large" in custom and "example.com/tpu" in custom

@@ -23,7 +23,7 @@ from .projection import Tree, merge, project
 from .quantity import quantity_of
 from .resources import NO_CLAIMS, Accelerators, PodClaims
 from .ruleset import RuleSet
-from .workloads import get_path, object_target, pod_template_targets
+from .workloads import get_path, object_target, pod_spec_paths, pod_template_targets
 
 
 @dataclass(frozen=True, slots=True)
@@ -507,7 +507,7 @@ def object_accelerators(
     if not isinstance(document, dict):
         return 0
     total = 0
-    for path in object_target(document).pod_specs:
+    for path in pod_spec_paths(document):
         count = counted.get(path) if counted is not None else None
         if count is None:
             spec = get_path(document, path)

@@ -206,10 +206,21 @@ def pod_template_targets(obj: Mapping[str, Any]) -> list[Target]:
     ]
 
 
+POD_SPEC: tuple[tuple[str | int, ...], ...] = (("spec",),)  # a Pod's own spec
+
+
+def pod_spec_paths(obj: Mapping[str, Any]) -> tuple[tuple[str | int, ...], ...]:
+    """The pod specs of the whole object: POD_SPEC itself for a Pod, else each of its templates'.
+    (object_target's, without the description the GPU count of every audited object does not need.)"""
+    if obj.get("kind") == "Pod" and api_group(obj) == "":
+        return POD_SPEC
+    return tuple(t.pod_specs[0] for t in pod_template_targets(obj))
+
+
 def object_target(obj: Mapping[str, Any]) -> Target:
     """The whole object; its pod specs are its own (a Pod) or all of its templates'."""
-    if obj.get("kind") == "Pod" and api_group(obj) == "":
+    specs = pod_spec_paths(obj)
+    if specs is POD_SPEC:
         # Pods made by controllers reach admission with generateName only ("web-7d9f-"): name that.
-        return Target(description=f"pod {object_name(obj)}", root=(), pod_specs=(("spec",),), is_pod=True)
-    specs = tuple(t.pod_specs[0] for t in pod_template_targets(obj))
+        return Target(description=f"pod {object_name(obj)}", root=(), pod_specs=specs, is_pod=True)
     return Target(description=owner_name(obj), root=(), pod_specs=specs, is_pod=False)
