@@ -25,6 +25,10 @@ def test_calls_are_rewritten_and_strings_left_alone() -> None:
     assert rewrite("isQuantity('1x') || isQuantity('2')") == "false || true"
     assert rewrite("'gpuCount(podSpec)' + \"quantity('1')\"") == "'gpuCount(podSpec)' + \"quantity('1')\""
     assert rewrite("x.quantity('1')") == "x.quantity('1')"  # a member call is not our helper
+    # CEL's leading dot names the global function: the helper, rewritten with its dot
+    assert rewrite(".quantity('16Gi') > 0.0") == "17179869184.0 > 0.0"
+    assert rewrite("x in . gpuCount(podSpec)") == "x in targetGpuCount"
+    assert rewrite("f(a).quantity('1') + '.quantity(1)'") == "f(a).quantity('1') + '.quantity(1)'"
     nested = rewrite("containers.filter(c, containerGpuCount(c) > 0 && c.resources.limits.exists(r, isAccelerator(r)))")
     assert "containerGpuCount" not in nested and "isAccelerator" not in nested
     assert "quantity(" not in rewrite("quantity(c.resources.limits[r]) == quantity(c.resources.requests[r])").replace(
@@ -42,6 +46,8 @@ EXPRESSIONS = [
     "quantity('1Gi') + quantity(4) + quantity('250m')",
     "['nvidia.com/gpu', 'nvidia.com/mig-1g.10gb', 'cpu', 'amd.com/gpu'].map(r, isAccelerator(r))",
     "['1', 'x', '2Gi'].map(q, isQuantity(q))",
+    "containers.map(c, .containerGpuCount(c))",  # the leading dot: the same helpers
+    "['nvidia.com/gpu', 'cpu'].map(r, .isAccelerator(r) && .quantity('1Gi') > 0.0)",
 ]
 
 

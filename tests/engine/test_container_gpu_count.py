@@ -68,7 +68,12 @@ def test_is_accelerator_is_plain_cel_with_the_same_answers(env: CelEnvironment) 
 
 @pytest.mark.parametrize(
     "text",
-    ["containers.map(c, containerGpuCount(c))", "containers.map(c, c.resources.limits.filter(r, isAccelerator(r)))"],
+    [
+        "containers.map(c, containerGpuCount(c))",
+        "containers.map(c, c.resources.limits.filter(r, isAccelerator(r)))",
+        "containers.map(c, .containerGpuCount(c))",  # CEL's leading dot: the same global function
+        "containers.map(c, c.resources.limits.filter(r, .isAccelerator(r)))",
+    ],
 )
 def test_per_container_helpers_allocate_nothing_that_stays(env: CelEnvironment, text: str) -> None:
     """cel-expr-python 0.1.3 leaks the arguments of every call into Python; these make none per container."""

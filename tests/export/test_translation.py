@@ -36,6 +36,8 @@ def test_helpers_become_the_apiservers_cel() -> None:
         TRANSLATOR.translate("containers.map(c, target + c.name)") == "gwT.containers.map(c, gwT.description + c.name)"
     )
     assert TRANSLATOR.translate("'podSpec' + x.target") == "'podSpec' + x.target"  # strings and fields untouched
+    # CEL's leading dot names the global helper: translated like the plain call
+    assert TRANSLATOR.translate(".quantity(c.x) > 1.0") == "quantity(string(c.x)).asApproximateFloat() > 1.0"
 
 
 @pytest.mark.parametrize(

@@ -62,17 +62,28 @@ def rewrite(
     out: list[str] = []
     position = 0
     index = 0
+    blank: str | None = None  # made only for a helper name after a dot
     while index < len(found):
         token = found[index]
-        if not _is_helper_call(found, index):
+        if not _is_helper_name(found, index):
             index += 1
             continue
+        start = token.start
+        if index > 0 and found[index - 1].text == ".":
+            # `.quantity(x)` is CEL's leading dot (the global function, rewritten like `quantity(x)`,
+            # the dot with it); `x.quantity(y)` is a method of x, not the helper
+            blank = celsyntax.blank(text) if blank is None else blank
+            dot = celsyntax.leading_dot(blank, token.start)
+            if dot is None:
+                index += 1
+                continue
+            start = dot
         try:
             args, close = celsyntax.argument_texts(text, found, index + 1)
         except celsyntax.CelSyntaxError as error:
             raise RewriteError(str(error)) from None
         end = found[close].end
-        out.append(text[position : token.start])
+        out.append(text[position:start])
         out.append(table[token.text]([rewrite(arg, replacements) for arg in args], text[token.start : end]))
         position = end
         index = close + 1
@@ -80,15 +91,11 @@ def rewrite(
     return "".join(out)
 
 
-def _is_helper_call(found: list[celsyntax.Token], index: int) -> bool:
-    """A global call of a helper: `quantity(x)`, not `x.quantity(...)` nor an identifier `quantity`."""
+def _is_helper_name(found: list[celsyntax.Token], index: int) -> bool:
+    """A helper's name called as a function: `quantity(x)` (or `x.quantity(y)`, which the caller tells
+    apart), not an identifier `quantity`."""
     token = found[index]
-    return (
-        token.kind == "ident"
-        and token.text in HELPERS
-        and found[index + 1].text == "("
-        and not (index > 0 and found[index - 1].text == ".")
-    )
+    return token.kind == "ident" and token.text in HELPERS and found[index + 1].text == "("
 
 
 def call_arguments(text: str, open_paren: int) -> tuple[list[str], int]:
