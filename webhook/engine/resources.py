@@ -275,7 +275,7 @@ _QUANTITY_CEILING = 10 ** (MAX_EXPONENT + 1)  # parse_quantity refuses an int of
 
 def whole_quantity(value: object) -> int:
     if value.__class__ is int:  # JSON's 8 (not a bool): its own value, within parse_quantity's range
-        return value if 0 < value < _QUANTITY_CEILING else 0  # type: ignore[operator,return-value]
+        return value if 0 < value < _QUANTITY_CEILING else 0
     if isinstance(value, str):
         number = quantity_of(value)
     else:
