@@ -18,7 +18,7 @@ from .limits import Budget
 from .loader import _mutation_expressions as mutation_expressions  # the loader's list, for references too
 from .model import AdmissionInput, Phase, Rule, RuleError, Target, default_priority_class
 from .patch import Patcher
-from .pointer import to_pointer
+from .pointer import is_map, to_pointer
 from .projection import Tree, merge, project
 from .quantity import quantity_of
 from .resources import NO_CLAIMS, Accelerators, PodClaims
@@ -357,7 +357,9 @@ class Subject:
         if len(programs) >= FUSED_PROGRAMS_LIMIT:
             return None
         # the members' texts: what Projection.fusion says each fusible expression runs
-        texts = {id(e): e.bound_source for fusible in self.projection.fusion.values() for e in fusible[:2] if e is not None}
+        texts = {
+            id(e): e.bound_source for fusible in self.projection.fusion.values() for e in fusible[:2] if e is not None
+        }
         items = []
         for condition_id, validation_id in members:
             if condition_id and validation_id:
@@ -488,8 +490,8 @@ class Subject:
 
 def namespace_version(namespace: Mapping[str, Any] | None) -> tuple[str, str] | None:
     """(uid, resourceVersion) of a Namespace as the API serves it; None when it has no such identity (offline)."""
-    metadata = namespace.get("metadata") if isinstance(namespace, Mapping) else None
-    if not isinstance(metadata, Mapping):
+    metadata = namespace.get("metadata") if is_map(namespace) else None
+    if not is_map(metadata):
         return None
     uid, version = metadata.get("uid"), metadata.get("resourceVersion")
     if isinstance(uid, str) and uid and isinstance(version, str) and version:
@@ -559,7 +561,7 @@ class TargetFacts:
             claims_per_spec = self.claims or [NO_CLAIMS] * len(self.pod_specs)
             for spec, claims in zip(self.pod_specs, claims_per_spec, strict=True):
                 for container in pod_containers([spec]):
-                    if not isinstance(container, Mapping) or not isinstance(container.get("name"), str):
+                    if not is_map(container) or not isinstance(container.get("name"), str):
                         continue
                     count = accelerators.container_count(container)
                     count += accelerators.container_claim_count(container, claims)
@@ -573,11 +575,11 @@ class TargetFacts:
         if self._quantities is None:
             found: dict[str, float] = {}
             for container in self.containers:
-                resources = container.get("resources") if isinstance(container, Mapping) else None
-                if not isinstance(resources, Mapping):
+                resources = container.get("resources") if is_map(container) else None
+                if not is_map(resources):
                     continue
                 for section in (resources.get("requests"), resources.get("limits")):
-                    if isinstance(section, Mapping):
+                    if is_map(section):
                         for value in section.values():
                             number = _quantity_value(value)
                             if number is not None:
@@ -596,7 +598,7 @@ def _quantity_value(value: Any) -> float | None:
 def pod_containers(pod_specs: list[Any]) -> list[Any]:
     found: list[Any] = []
     for spec in pod_specs:
-        if isinstance(spec, Mapping):
+        if is_map(spec):
             # ephemeral containers (kubectl debug) run on the node as well: rules about what runs
             # there see them; they cannot request resources (core/v1 EphemeralContainerCommon)
             for field_name in ("initContainers", "containers", "ephemeralContainers"):

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from .pointer import is_map
+
 if TYPE_CHECKING:
     from .cel import CompiledExpression
     from .mutate import Mutation
@@ -322,9 +324,9 @@ def offline_request(
     kind: str | None = None,
 ) -> dict[str, Any]:
     """The CEL `request` an apiserver would send for `subject`: the fields of an AdmissionRequest."""
-    subject = subject if isinstance(subject, Mapping) else {}
+    subject = subject if is_map(subject) else {}
     found = subject.get("metadata")
-    metadata: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    metadata: Mapping[str, Any] = found if is_map(found) else {}
     group, _, version = str(subject.get("apiVersion", "")).rpartition("/")
     return {
         "uid": "",

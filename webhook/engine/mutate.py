@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Protocol
 from .cel import CompiledExpression
 from .model import Target
 from .patch import Patcher
-from .pointer import Path
+from .pointer import Path, is_map
 from .resources import Accelerators
 
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -124,7 +124,7 @@ class ByResource:
 
     def applies(self, pod_spec: Any, names: set[str] | None = None) -> bool:
         """`names`: resource_names(pod_spec), when the caller has them (one walk for a whole table)."""
-        if self.resource_claims and isinstance(pod_spec, Mapping) and pod_spec.get("resourceClaims"):
+        if self.resource_claims and is_map(pod_spec) and pod_spec.get("resourceClaims"):
             return True
         return any(name.startswith(self.prefix) for name in (resource_names(pod_spec) if names is None else names))
 
@@ -139,17 +139,17 @@ class ByResource:
 def resource_names(pod_spec: Any) -> set[str]:
     """Every resource name a pod spec's containers and init containers request or limit."""
     names: set[str] = set()
-    if not isinstance(pod_spec, Mapping):
+    if not is_map(pod_spec):
         return names
     for field in ("initContainers", "containers"):
         containers = pod_spec.get(field)
         for container in containers if isinstance(containers, list) else []:
-            resources = container.get("resources") if isinstance(container, Mapping) else None
-            if not isinstance(resources, Mapping):
+            resources = container.get("resources") if is_map(container) else None
+            if not is_map(resources):
                 continue
             for kind in ("requests", "limits"):
                 amounts = resources.get(kind)
-                if isinstance(amounts, Mapping):
+                if is_map(amounts):
                     names.update(name for name in amounts if isinstance(name, str))
     return names
 

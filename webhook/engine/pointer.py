@@ -33,7 +33,7 @@ def get_path(document: Any, path: Path) -> Any:
 def is_map(value: object) -> TypeGuard[Mapping[str, Any]]:
     """isinstance(value, Mapping), JSON's dict first: the ABC check costs several times more, and
     the engine and the audit ask it for every object (get_path inlines it: once per step)."""
-    return type(value) is dict or isinstance(value, Mapping)
+    return type(value) is dict or (value is not None and isinstance(value, Mapping))  # None: often, and no Mapping
 
 
 def to_pointer(path: Iterable[str | int]) -> str:

@@ -121,7 +121,7 @@ class Accelerators:
         `claims`/`templates` map names to ResourceClaim / ResourceClaimTemplate objects of the
         request's namespace; None means the door has no such context (every claim stays unknown).
         """
-        entries = pod_spec.get("resourceClaims") if isinstance(pod_spec, Mapping) else None
+        entries = pod_spec.get("resourceClaims") if is_map(pod_spec) else None
         if not isinstance(entries, list) or not entries:
             return NO_CLAIMS
         found: list[dict[str, Any]] = []
@@ -193,7 +193,7 @@ class Accelerators:
     def container_claim_count(self, container: Mapping[str, Any], claims: PodClaims) -> int:
         """Accelerator devices of the DRA claims a container names in resources.claims ({name, request})."""
         resources = container.get("resources")
-        used = resources.get("claims") if isinstance(resources, Mapping) else None
+        used = resources.get("claims") if is_map(resources) else None
         if not isinstance(used, list) or not claims.items:
             return 0
         total = 0
@@ -213,7 +213,7 @@ class Accelerators:
     def container_uses_accelerator_claims(self, container: Mapping[str, Any], claims: PodClaims) -> bool:
         """Whether a container names an accelerator claim (or request), or a claim that is not resolved."""
         resources = container.get("resources")
-        used = resources.get("claims") if isinstance(resources, Mapping) else None
+        used = resources.get("claims") if is_map(resources) else None
         if not isinstance(used, list) or not claims.items:
             return False
         by_name = claims.by_name

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .model import Target
-from .pointer import Path
+from .pointer import Path, is_map
 from .pointer import get_path as get_path  # re-exported: the engine's one walker, imported from here too
 
 # finds (path to a pod template, description) pairs in one object
@@ -186,7 +186,7 @@ def api_group(obj: Mapping[str, Any]) -> str:
 def object_name(obj: Mapping[str, Any]) -> str:
     """name, or generateName for objects made by controllers (Pods of a ReplicaSet, Jobs of a JobSet)."""
     metadata = obj.get("metadata")
-    name = metadata.get("name") or metadata.get("generateName") if isinstance(metadata, Mapping) else None
+    name = metadata.get("name") or metadata.get("generateName") if is_map(metadata) else None
     return name or "<unnamed>"
 
 
