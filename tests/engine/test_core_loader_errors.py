@@ -36,6 +36,21 @@ def test_bad_enum(tmp_path: Path) -> None:
     ]
 
 
+def test_a_word_yaml_reads_as_a_boolean_is_explained_where_text_is_expected(tmp_path: Path) -> None:
+    """Kubernetes' YAML is 1.1-flavoured: `message: no` is the boolean false, `value: 1.10` the number 1.1."""
+    text = (
+        HEADER + "metadata: {name: r}\nspec:\n  match: {kinds: [Pod]}\n"
+        "  validate: {expression: 'true', message: no}\n"
+        "  mutate:\n    - setLabels: {values: {team: 1.10}}\n"
+    )
+    assert errors_of(tmp_path, text) == [
+        "rule.yaml:8:34: rule r: spec.mutate[0].setLabels.values.team: expected text, found a number (1.1): unquoted "
+        "yes/no/on/off/true/false are booleans and digits are numbers in Kubernetes' YAML; quote the value",
+        "rule.yaml:6:43: rule r: spec.validate.message: expected text, found a boolean (False): unquoted "
+        "yes/no/on/off/true/false are booleans and digits are numbers in Kubernetes' YAML; quote the value",
+    ]
+
+
 def test_cel_syntax_error_is_located_inside_the_expression(tmp_path: Path) -> None:
     text = (
         HEADER + "metadata: {name: r}\nspec:\n  match: {kinds: [Pod]}\n  validate: {expression: 'object.spec. == 1'}\n"

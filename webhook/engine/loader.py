@@ -208,8 +208,21 @@ def _explain(document: Document, error: Any, rule: str | None) -> Iterator[LoadE
         yield LoadError(where, f"{field_name}: each mutate entry names exactly one operation", rule)
     elif error.validator == "oneOf":
         yield LoadError(where, f"{field_name}: give exactly one of `value` or `valueExpression`", rule)
+    elif error.validator == "type" and error.validator_value == "string" and _unquoted_scalar(error.instance):
+        # `message: no`, `value: on`, `value: 1.10`: YAML 1.1 (kubectl's reading) made them no text
+        found = "a boolean" if isinstance(error.instance, bool) else "a number"
+        yield LoadError(
+            where,
+            f"{field_name}: expected text, found {found} ({error.instance!r}): unquoted yes/no/on/off/true/false "
+            "are booleans and digits are numbers in Kubernetes' YAML; quote the value",
+            rule,
+        )
     else:
         yield LoadError(where, f"{field_name}: {error.message}", rule)
+
+
+def _unquoted_scalar(value: Any) -> bool:
+    return isinstance(value, bool | int | float)
 
 
 def _dotted(path: Iterable[Any]) -> str:
