@@ -208,7 +208,11 @@ def _explain(document: Document, error: Any, rule: str | None) -> Iterator[LoadE
         yield LoadError(where, f"{field_name}: each mutate entry names exactly one operation", rule)
     elif error.validator == "oneOf":
         yield LoadError(where, f"{field_name}: give exactly one of `value` or `valueExpression`", rule)
-    elif error.validator == "type" and error.validator_value == "string" and _unquoted_scalar(error.instance):
+    elif (
+        error.validator == "type"
+        and error.validator_value == "string"
+        and isinstance(error.instance, bool | int | float)
+    ):
         # `message: no`, `value: on`, `value: 1.10`: YAML 1.1 (kubectl's reading) made them no text
         found = "a boolean" if isinstance(error.instance, bool) else "a number"
         yield LoadError(
@@ -219,10 +223,6 @@ def _explain(document: Document, error: Any, rule: str | None) -> Iterator[LoadE
         )
     else:
         yield LoadError(where, f"{field_name}: {error.message}", rule)
-
-
-def _unquoted_scalar(value: Any) -> bool:
-    return isinstance(value, bool | int | float)
 
 
 def _dotted(path: Iterable[Any]) -> str:
