@@ -135,10 +135,13 @@ def _container_gpu_count(args: list[str], original: str) -> str:
     if len(args) != 1:
         return original
     c = f"({args[0]})"
-    # -1: the name is not unique across the target's pod specs; the Python helper counts that one
+    # -1: the name is not unique across the target's pod specs; the Python helper counts that one,
+    # handed only the resources it reads: the binding keeps every argument of such a call, and a
+    # whole container (env, command, mounts: the tenant's bulk) made each request keep kilobytes
+    fallback = f"(has({c}.resources) ? {CONTAINER_GPU_FALLBACK}({{'resources': {c}.resources}}) : 0)"
     return (
         f"((has({c}.name) && {c}.name in containerGpus) ? "
-        f"(containerGpus[{c}.name] >= 0 ? containerGpus[{c}.name] : {CONTAINER_GPU_FALLBACK}({args[0]})) : 0)"
+        f"(containerGpus[{c}.name] >= 0 ? containerGpus[{c}.name] : {fallback}) : 0)"
     )
 
 
