@@ -106,23 +106,30 @@ spec:
 """
 
 
+def pytorch_job(env: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """A PyTorchJob whose Master (1 GPU) and Worker (4) containers are both named `pytorch`, as Kubeflow names them."""
+
+    def replica(gpus: int) -> dict[str, Any]:
+        container: dict[str, Any] = {"name": "pytorch", "image": "x", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
+        if env is not None:
+            container["env"] = env
+        return {"replicas": 1, "template": {"spec": {"containers": [container]}}}
+
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "llama", "namespace": "t"},
+        "spec": {"pytorchReplicaSpecs": {"Master": replica(1), "Worker": replica(4)}},
+    }
+
+
 def test_same_container_name_in_several_templates_counts_each_its_own(tmp_path) -> None:
     """Every Kubeflow replica's container is named `pytorch`: the Master must not get the Worker's count."""
     from webhook.engine import AdmissionInput, evaluate, load_rules
 
     (tmp_path / "r.yaml").write_text(PYTORCH_RULE)
     ruleset = load_rules(tmp_path).require()
-
-    def replica(gpus: int) -> dict[str, Any]:
-        container = {"name": "pytorch", "image": "x", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
-        return {"replicas": 1, "template": {"spec": {"containers": [container]}}}
-
-    job = {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": "llama", "namespace": "t"},
-        "spec": {"pytorchReplicaSpecs": {"Master": replica(1), "Worker": replica(4)}},
-    }
+    job = pytorch_job()
     decision = evaluate(ruleset, AdmissionInput.offline(job))
     messages = sorted(decision.warnings[0].message.split("; "))
     containers = [r["template"]["spec"]["containers"][0] for r in job["spec"]["pytorchReplicaSpecs"].values()]
@@ -140,18 +147,7 @@ def test_a_repeated_container_name_keeps_no_tenant_bulk_per_request(tmp_path) ->
 
     (tmp_path / "r.yaml").write_text(PYTORCH_RULE)
     ruleset = load_rules(tmp_path).require()
-
-    def replica(gpus: int) -> dict[str, Any]:
-        env = [{"name": f"VARIABLE_{i}", "value": "x" * 64} for i in range(200)]
-        container = {"name": "pytorch", "image": "x", "env": env, "resources": {"limits": {"nvidia.com/gpu": gpus}}}
-        return {"replicas": 1, "template": {"spec": {"containers": [container]}}}
-
-    job = {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": "llama", "namespace": "t"},
-        "spec": {"pytorchReplicaSpecs": {"Master": replica(1), "Worker": replica(4)}},
-    }
+    job = pytorch_job(env=[{"name": f"VARIABLE_{i}", "value": "x" * 64} for i in range(200)])
     for _ in range(20):
         warning = evaluate(ruleset, AdmissionInput.offline(job)).warnings[0].message
     assert sorted(warning.split("; ")) == ["pytorch=1", "pytorch=4"]
