@@ -69,17 +69,14 @@ class Accelerators:
         # not named `requests`: bandit takes requests.get() for the HTTP library (B113)
         asked = resources.get("requests")
         limits = resources.get("limits")
-        asked = asked if is_map(asked) else {}
-        limits = limits if is_map(limits) else {}
+        # each name once: its request, else its limit
+        amounts = {**(limits if is_map(limits) else {}), **(asked if is_map(asked) else {})}
         total = 0
         exact, prefixes = self.exact, self.prefixes
-        # each name once: its request, else its limit. `name in self`, inline: a pod's few resource
-        # names are counted on every request (and once more for every object an audit reads)
-        for name, value in asked.items():
+        for name, value in amounts.items():
+            # `name in self`, inline: a pod's few resource names are counted on every request (and
+            # once more for every object an audit reads)
             if name in exact or (isinstance(name, str) and name.startswith(prefixes)):
-                total += whole_quantity(value)
-        for name, value in limits.items():
-            if (name in exact or (isinstance(name, str) and name.startswith(prefixes))) and name not in asked:
                 total += whole_quantity(value)
         return total
 
