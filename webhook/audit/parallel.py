@@ -93,13 +93,13 @@ def _audit_file(path: str) -> list[Event]:
 def pack(result: ObjectResult) -> tuple[Any, ...]:
     """What the reports need of a result, as plain values with the diff rendered: pickling the
     dataclasses and enums themselves cost more than auditing the object (800 µs against 400).
-    An outcome with nothing of its own (no messages, patch, block) goes as (rule, result, reason)
+    An outcome with nothing of its own (RuleOutcome.plain) goes as (rule, result, reason)
     and comes back as the engine's shared instance (model.shared_outcome): the parent, which
     reports every object alone, builds only the outcomes that say something."""
     ref = result.ref
     outcomes = [
         (o.rule, o.result.value, o.reason)
-        if not (o.messages or o.patch or o.blocks or o.relaxed)
+        if o.plain
         else (o.rule, o.result.value, o.messages, o.patch, o.blocks, o.relaxed, o.reason)
         for o in result.outcomes
     ]

@@ -406,6 +406,12 @@ class RuleOutcome:
     def context_missing(self) -> bool:
         return self.reason == NO_NAMESPACE_CONTEXT
 
+    @property
+    def plain(self) -> bool:
+        """Nothing of its own to say (no messages, patch, block or relaxation): its rule, result and
+        reason are all of it, and shared_outcome serves one instance for every object."""
+        return not (self.messages or self.patch or self.blocks or self.relaxed)
+
 
 @dataclass(slots=True)
 class RuleTrace:

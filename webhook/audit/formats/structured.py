@@ -95,7 +95,7 @@ class JsonEntries:
             if len(self.rules) >= _RULE_CACHE_LIMIT:
                 self.rules.clear()
             found = self.rules[key] = orjson.dumps(_rule(outcome))
-        if not (outcome.patch or outcome.blocks or outcome.relaxed):  # a shared one: next time by identity
+        if outcome.plain:  # a shared one (model.shared_outcome): next time by identity
             if len(self.shared) >= _RULE_CACHE_LIMIT:
                 self.shared.clear()
             self.shared[id(outcome)] = (outcome, found)
