@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -140,7 +141,8 @@ def test_a_closed_pipe_is_not_an_error():
         text=True,
         check=False,
     )
-    assert result.stdout.startswith("CronJob ") and result.stderr == "", result.stderr
+    assert result.stdout.startswith("CronJob "), result.stderr
+    assert re.fullmatch(r"gpu-webhook: \d+ rules from rules/ \(the installed pack\)\n", result.stderr), result.stderr
 
 
 def test_explain_names_what_it_was_given_instead_of_an_object(cli, tmp_path):

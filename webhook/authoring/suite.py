@@ -13,7 +13,7 @@ import difflib
 import os
 import re
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,7 +65,7 @@ class CaseResult:
 @dataclass(slots=True)
 class Suite:
     document: Document
-    rules: str  # the rules path the cases run against
+    rules: tuple[str, ...]  # the rules paths the cases run against, their rules merged
 
     @property
     def file(self) -> str:
@@ -78,16 +78,17 @@ class Suite:
 
 def discover(
     path: str,
-    rules: str | None = None,
+    rules: Sequence[str] | str | None = None,
     default_rules: str | None = None,
     unreadable: Callable[[str], None] | None = None,
 ) -> list[Suite]:
     """Every GPUPolicyTest document under path; raises SuiteError listing every schema problem.
 
-    The rules a suite runs against: `rules` (the command line's --rules) if given, else the
-    suite's own `spec.rules` (relative to its file), else `default_rules`, else path.
+    The rules a suite runs against: `rules` (the command line's --rules, every path merged) if
+    given, else the suite's own `spec.rules` (relative to its file), else `default_rules`, else path.
     A file that is not UTF-8 text is told to `unreadable` and skipped (else it is a problem).
     """
+    given = (rules,) if isinstance(rules, str) else tuple(rules or ())
     suites: list[Suite] = []
     problems: list[LoadError] = []
     for file in rule_files([path]):
@@ -118,20 +119,21 @@ def discover(
             if errors:
                 continue
             own = data["spec"].get("rules")
-            suite_rules = rules or (str(Path(file).parent / own) if own else default_rules or path)
+            suite_rules = given or (str(Path(file).parent / own) if own else default_rules or path,)
             suites.append(Suite(document, suite_rules))
     if problems:
         raise SuiteError("\n".join(str(p) for p in problems))
     return suites
 
 
-def run(suites: list[Suite]) -> Iterator[CaseResult]:
-    """Run every case, one result each, in file order."""
-    rulesets: dict[str, RuleSet] = {}
+def run(suites: list[Suite], load: Callable[[Sequence[str]], RuleSet] | None = None) -> Iterator[CaseResult]:
+    """Run every case, one result each, in file order; `load` loads each distinct set of rules once."""
+    rulesets: dict[tuple[str, ...], RuleSet] = {}
     for suite in suites:
-        if suite.rules not in rulesets:
-            rulesets[suite.rules] = _load(suite.rules)
-        ruleset = rulesets[suite.rules]
+        key = tuple(os.path.realpath(p) for p in suite.rules)  # rules/tests/.. and rules/ load once
+        if key not in rulesets:
+            rulesets[key] = (load or _load)(suite.rules)
+        ruleset = rulesets[key]
         known = {rule.name for rule in ruleset.rules}
         for case in suite.cases:
             started = time.perf_counter()
@@ -145,9 +147,9 @@ def run(suites: list[Suite]) -> Iterator[CaseResult]:
             yield result
 
 
-def _load(path: str) -> RuleSet:
+def _load(paths: Sequence[str]) -> RuleSet:
     try:
-        return load_rules(path).require()
+        return load_rules(list(paths)).require()
     except RuleLoadError as error:
         raise SuiteError(str(error)) from None
 

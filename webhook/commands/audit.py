@@ -23,9 +23,9 @@ from webhook.commands.common import (
     UsageError,
     add_namespace_objects,
     add_rules,
-    default_rules_dir,
     load_ruleset,
     namespaces_in,
+    rule_paths,
     warn,
 )
 
@@ -40,7 +40,7 @@ def register(commands: Any) -> None:
         "rules that need one and lack it are reported as not evaluated.",
     )
     parser.add_argument("paths", nargs="*", metavar="PATH", help="YAML/JSON files or directories; - reads stdin")
-    add_rules(parser, repeatable=True)
+    add_rules(parser)
     add_namespace_objects(parser)
     cluster = parser.add_argument_group("live cluster")
     cluster.add_argument("--cluster", action="store_true", help="audit the workloads of a live cluster")
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--page-size must be at least 1")
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
-    ruleset = load_ruleset(args.rules or [default_rules_dir()])
+    ruleset = load_ruleset(rule_paths(args.rules))
     actions = {rule.name: rule.action for rule in ruleset.rules}
 
     api = None

@@ -6,7 +6,7 @@ import argparse
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -44,12 +44,44 @@ def default_manifests_dir() -> str:
     return _source_or_packaged("manifests")
 
 
-def load_ruleset(paths: list[str] | str) -> RuleSet:
-    """Load rules or raise UsageError listing every problem (file:line:column: rule NAME: message)."""
+def rule_paths(given: list[str] | None) -> list[str]:
+    """The --rules paths given, else the default rules (the one default of every command but `test`)."""
+    return given or [default_rules_dir()]
+
+
+def load_ruleset(paths: Sequence[str | os.PathLike[str]] | str, announce: bool = True) -> RuleSet:
+    """Load rules or raise UsageError listing every problem (file:line:column: rule NAME: message).
+
+    With `announce`, one line on stderr says how many rules and from where, so a --rules that
+    names the wrong path, or the default where a site's rules were meant, shows at once
+    (stderr: stdout stays the command's output, which programs read).
+    """
+    named = [paths] if isinstance(paths, str) else list(paths)
     try:
-        return load_rules([paths] if isinstance(paths, str) else paths).require()
+        ruleset = load_rules(named).require()
     except RuleLoadError as error:
         raise UsageError(str(error)) from None
+    if announce:
+        warn(describe_rules(len(ruleset.rules), named))
+    return ruleset
+
+
+def describe_rules(count: int, paths: Sequence[str | os.PathLike[str]]) -> str:
+    """'31 rules from rules/ (the installed pack)', '33 rules from rules/, site/': what a command runs with."""
+    return f"{count} rule{'s' if count != 1 else ''} from " + ", ".join(_shown(os.fspath(p)) for p in paths)
+
+
+def _shown(path: str) -> str:
+    """PATH relative to the current directory when that is shorter; a directory ends in /; the default named."""
+    absolute = os.path.abspath(path)
+    shown = min(absolute, os.path.relpath(absolute), key=len)
+    if os.path.isdir(absolute) and not shown.endswith(os.sep):
+        shown += os.sep
+    if path == os.environ.get("GPU_WEBHOOK_RULES"):
+        return f"{shown} ($GPU_WEBHOOK_RULES)"
+    if os.path.realpath(absolute) == os.path.realpath(_source_or_packaged("rules")):
+        return f"{shown} (the installed pack)"
+    return shown
 
 
 def fail(message: str) -> int:
@@ -64,13 +96,16 @@ def warn(message: str) -> None:
 # -- options several commands share: one spelling, one help text ------------------------------------
 
 
-def add_rules(parser: argparse.ArgumentParser, repeatable: bool = False) -> None:
+RULES_DEFAULT = "$GPU_WEBHOOK_RULES, else the rule pack installed with gpu-webhook"
+
+
+def add_rules(parser: argparse.ArgumentParser, default: str = RULES_DEFAULT) -> None:
+    """--rules PATH, repeatable, the rules of every PATH merged (read them with rule_paths)."""
     parser.add_argument(
         "--rules",
-        action="append" if repeatable else "store",
+        action="append",
         metavar="PATH",
-        help="rule file or directory" + (" (repeatable)" if repeatable else "") + " (default: $GPU_WEBHOOK_RULES, "
-        "else the rule pack installed with gpu-webhook)",
+        help=f"rule file or directory; repeat to use the rules of several together (default: {default})",
     )
 
 

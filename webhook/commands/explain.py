@@ -17,9 +17,9 @@ from webhook.commands.common import (
     UsageError,
     add_namespace_objects,
     add_rules,
-    default_rules_dir,
     load_ruleset,
     namespaces_in,
+    rule_paths,
 )
 
 
@@ -52,7 +52,7 @@ def register(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.operation == "UPDATE" and not args.old:
         raise UsageError("--operation UPDATE needs --old FILE")
-    ruleset = load_ruleset(args.rules or default_rules_dir())
+    ruleset = load_ruleset(rule_paths(args.rules))
     problems: list[str] = []
     namespaces = namespaces_in(args.namespace_objects, problems.append)
     if problems:

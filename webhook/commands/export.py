@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from webhook.commands.common import EXIT_OK, UsageError, default_rules_dir, load_ruleset
+from webhook.commands.common import EXIT_OK, UsageError, add_rules, load_ruleset, rule_paths
 from webhook.export import CLAIMS_MODES, CLAIMS_REFUSE, TARGETS, export
 from webhook.export.render import render, table
 from webhook.export.versions import DEFAULT_VERSION, Release
@@ -23,7 +23,7 @@ def register(commands: Any) -> None:
     parser = commands.add_parser(
         "export", help="write the rules as ValidatingAdmissionPolicy / MutatingAdmissionPolicy objects"
     )
-    parser.add_argument("--rules", metavar="DIR", help="rules directory (default: the rules dir)")
+    add_rules(parser)
     parser.add_argument("--target", choices=TARGETS, default="all", help="vap, map or all (default: all)")
     parser.add_argument(
         "--kubernetes-version",
@@ -48,7 +48,7 @@ def register(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         release = Release.parse(args.kubernetes_version)
-        result = export(load_ruleset(args.rules or default_rules_dir()), args.target, release, args.claims)
+        result = export(load_ruleset(rule_paths(args.rules)), args.target, release, args.claims)
     except ValueError as error:
         raise UsageError(str(error)) from None
     text = table(result) if args.table else render(result)

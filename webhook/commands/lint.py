@@ -8,17 +8,19 @@ import sys
 from typing import Any
 
 from webhook.authoring.lint import lint
-from webhook.commands.common import EXIT_FAILED, EXIT_OK, UsageError, default_rules_dir
+from webhook.commands.common import EXIT_FAILED, EXIT_OK, RULES_DEFAULT, UsageError, rule_paths
 
 
 def register(commands: Any) -> None:
     parser = commands.add_parser("lint", help="check rule files: schema, CEL, field references, conflicts")
-    parser.add_argument("rules", nargs="*", metavar="RULES", help="rule files or directories (default: the rules dir)")
+    parser.add_argument(
+        "rules", nargs="*", metavar="RULES", help=f"rule files or directories (default: {RULES_DEFAULT})"
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    paths = args.rules or [default_rules_dir()]
+    paths = rule_paths(args.rules)
     for path in paths:
         if not os.path.exists(path):
             raise UsageError(f"rules path not found: {path}")

@@ -166,7 +166,8 @@ def native_policies(configmap: dict[str, Any], rules: str, mode: NativeMode) -> 
     exported at all, so no rule runs in both places.
     """
     try:
-        result = export(load_ruleset(rules), "all", mode.release, mode.claims)
+        # rules_configmap has announced these rules (common.load_ruleset): once is enough
+        result = export(load_ruleset(rules, announce=False), "all", mode.release, mode.claims)
     except ValueError as error:
         raise UsageError(str(error)) from None
     complete = [rule for rule in result.rules if rule.note is None]

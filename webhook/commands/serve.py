@@ -14,7 +14,7 @@ from typing import Any
 
 from webhook import logs
 from webhook.certs import CA_FILE, ensure_dev_certificates
-from webhook.commands.common import EXIT_USAGE, UsageError, default_rules_dir
+from webhook.commands.common import EXIT_USAGE, UsageError, add_rules, describe_rules, rule_paths
 from webhook.engine import Mode
 from webhook.server import NamespaceSource, Server, ServerConfig
 from webhook.workers import run_workers
@@ -24,9 +24,7 @@ log = logging.getLogger("gpu_webhook.serve")
 
 def register(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("serve", help="run the admission webhook (HTTPS)")
-    parser.add_argument(
-        "--rules", action="append", help="rules directory or file (repeatable; default: the repo's rules/)"
-    )
+    add_rules(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8443, help="HTTPS port (default 8443)")
     parser.add_argument(
@@ -124,7 +122,7 @@ def _warn_without_context(args: argparse.Namespace) -> None:
     """Say loudly which rules cannot act without the namespace watch."""
     from webhook.engine import load_rules
 
-    result = load_rules(args.rules or [default_rules_dir()])
+    result = load_rules(rule_paths(args.rules))
     if result.ruleset is None:
         return  # the server reports the load errors itself
     blind = [r for r in result.ruleset.rules if r.needs_namespace]
@@ -159,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workers > 1 and args.port == 0:
         raise UsageError("--workers needs a fixed --port: every worker must listen on the same one")
     config = ServerConfig(
-        rules=args.rules or [default_rules_dir()],
+        rules=rule_paths(args.rules),
         cert_dir=str(cert_dir),
         host=args.host,
         port=args.port,
@@ -203,6 +201,12 @@ def _serve(config: ServerConfig, args: argparse.Namespace) -> int:
         server = Server(config, namespaces=_namespace_cache(args))
     except (ValueError, OSError) as error:
         raise UsageError(f"cannot start:\n{error}") from None
+    # the line the other commands print on stderr (common.load_ruleset), as a structured log line
+    ruleset = server.state.rules.ruleset
+    assert ruleset is not None  # Server() raises when the rules do not load
+    log.info(
+        describe_rules(len(ruleset.rules), config.rules), extra={"rules": len(ruleset.rules), "sources": config.rules}
+    )
     _runner(args.loop)(server.run())
     return 0
 

@@ -8,7 +8,16 @@ from typing import Any
 
 from webhook.authoring import report
 from webhook.authoring.suite import SuiteError, discover, run
-from webhook.commands.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, default_rules_dir, warn
+from webhook.commands.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    UsageError,
+    add_rules,
+    default_rules_dir,
+    load_ruleset,
+    warn,
+)
 
 
 def register(commands: Any) -> None:
@@ -19,9 +28,7 @@ def register(commands: Any) -> None:
         "each case; exit 1 when one fails.",
     )
     parser.add_argument("path", metavar="PATH", help="suite file or directory (searched recursively)")
-    parser.add_argument(
-        "--rules", help="rules to test (default: the suite's spec.rules, else PATH when it is a directory)"
-    )
+    add_rules(parser, default="the suite's spec.rules, else PATH when it is a directory")
     parser.add_argument("-o", "--output", choices=("text", "junit"), default="text", help="report format")
     parser.set_defaults(run=run_tests)
 
@@ -36,11 +43,11 @@ def run_tests(args: argparse.Namespace) -> int:
         if not suites:
             raise UsageError(f"no GPUPolicyTest suites under {args.path}")
         if args.output == "junit":
-            results = list(run(suites))
+            results = list(run(suites, load_ruleset))
             print(report.junit(results))
         else:
             results = []
-            for line in report.text(_collect(run(suites), results)):
+            for line in report.text(_collect(run(suites, load_ruleset), results)):
                 print(line, flush=True)
     except SuiteError as error:
         raise UsageError(str(error)) from None
