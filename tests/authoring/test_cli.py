@@ -46,3 +46,14 @@ def test_shared_options_have_one_spelling():
             assert "-o" in options, f"{name}: --output without -o"
         if "--namespace" in options and name in ("audit", "explain"):
             assert "-n" in options, name
+
+
+def test_every_command_that_takes_rules_merges_repeated_rules():
+    """`--rules A --rules B` uses both everywhere (a store action would keep B alone, silently)."""
+    commands = subcommands()
+    for name in ("serve", "audit", "test", "explain", "export", "manifests"):
+        (rules,) = [a for a in commands[name]._actions if "--rules" in a.option_strings]
+        assert isinstance(rules, argparse._AppendAction), name
+        assert rules.help and rules.help.startswith("rule file or directory; repeat to use"), name
+        if name != "test":  # whose default is the suite's own rules
+            assert "else the rule pack installed with gpu-webhook" in rules.help, name

@@ -26,7 +26,14 @@ from typing import Any
 import yaml
 
 from webhook.certs import CA_FILE, CERT_FILE, KEY_FILE, check_bundle
-from webhook.commands.common import UsageError, default_manifests_dir, default_rules_dir, load_ruleset
+from webhook.commands.common import (
+    UsageError,
+    add_rules,
+    default_manifests_dir,
+    default_rules_dir,
+    load_ruleset,
+    rule_paths,
+)
 from webhook.engine import rule_files
 from webhook.engine.schema import TEST_KIND
 from webhook.engine.yamlsource import document_kinds
@@ -54,9 +61,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--ca", help="directory with ca.crt (and tls.crt/tls.key) from `gpu-webhook certs`")
     parser.add_argument("--no-secret", action="store_true", help="do not emit the TLS Secret")
-    parser.add_argument(
-        "--rules", metavar="PATH", help="rules for the ConfigMap (default: $GPU_WEBHOOK_RULES, else the installed pack)"
-    )
+    add_rules(parser)
     parser.add_argument("--image", help="container image, e.g. registry.example.com/gpu-webhook@sha256:...")
     parser.add_argument(
         "--native",
@@ -84,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         overlay=args.overlay,
         components=args.component,
         ca_dir=Path(args.ca) if args.ca else None,
-        rules=args.rules or default_rules_dir(),
+        rules=rule_paths(args.rules),
         image=args.image,
         secret=not args.no_secret,
         native=native_mode(args.kubernetes_version, args.claims) if args.native else None,
@@ -98,7 +103,7 @@ def render(
     overlay: str = "enforce",
     components: list[str] = (),  # type: ignore[assignment]
     ca_dir: Path | None = None,
-    rules: str | None = None,
+    rules: list[str] | str | None = None,
     image: str | None = None,
     secret: bool = True,
     native: NativeMode | None = None,
@@ -159,7 +164,7 @@ def native_mode(version: str, claims: str) -> NativeMode:
         raise UsageError(f"--kubernetes-version: {error}") from None
 
 
-def native_policies(configmap: dict[str, Any], rules: str, mode: NativeMode) -> list[dict[str, Any]]:
+def native_policies(configmap: dict[str, Any], rules: list[str] | str, mode: NativeMode) -> list[dict[str, Any]]:
     """The policies of the rules that export in full; their documents leave the ConfigMap.
 
     A rule exported narrower than it is (e.g. CREATE only) stays with the webhook and is not
@@ -175,21 +180,28 @@ def native_policies(configmap: dict[str, Any], rules: str, mode: NativeMode) -> 
     return [obj for rule in complete for obj in rule.objects]
 
 
-def rules_configmap(rules: str) -> dict[str, Any]:
-    """Every rule file as one key. Loading them first means a broken pack is never shipped."""
-    load_ruleset(rules)
-    root = Path(rules)
+def rules_configmap(rules: list[str] | str) -> dict[str, Any]:
+    """Every rule file of every path as one key. Loading them first means a broken pack is never shipped."""
+    paths = [rules] if isinstance(rules, str) else rules
+    load_ruleset(paths)
     data: dict[str, str] = {}
-    for file in rule_files([rules]):
-        text = Path(file).read_text()
-        if _only_test_suites(text):
-            continue  # GPUPolicyTest suites run in CI; the cluster needs only the rules
-        relative = Path(file).relative_to(root) if root.is_dir() else Path(Path(file).name)
-        # a ConfigMap volume is flat: nested directories become part of the key
-        key = "_".join(relative.parts)
-        if key in data:
-            raise UsageError(f"two rule files map to the ConfigMap key {key}")
-        data[key] = text
+    origin: dict[str, str] = {}  # key -> the file it holds, to name both of two files that want one key
+    for path in paths:
+        root = Path(path)
+        for file in rule_files([path]):
+            text = Path(file).read_text()
+            if _only_test_suites(text):
+                continue  # GPUPolicyTest suites run in CI; the cluster needs only the rules
+            relative = Path(file).relative_to(root) if root.is_dir() else Path(Path(file).name)
+            # a ConfigMap volume is flat: nested directories become part of the key
+            key = "_".join(relative.parts)
+            if key in origin:
+                raise UsageError(
+                    f"{origin[key]} and {file} would both be the file {key} of the rules ConfigMap (its volume is "
+                    "one flat directory): rename one of them"
+                )
+            origin[key] = file
+            data[key] = text
     size = sum(len(k) + len(v.encode()) for k, v in data.items())
     if size > CONFIGMAP_LIMIT:
         raise UsageError(f"rules are {size} bytes; a ConfigMap holds at most {CONFIGMAP_LIMIT}")
