@@ -110,10 +110,11 @@ def test_the_installed_tool_works_from_an_empty_directory(installed: Path, tmp_p
     audit = run(installed, empty, "audit", "pod.yaml", "-o", "json")
     assert audit.returncode in (0, 1) and '"objects":' in audit.stdout, audit.stderr
     assert "gpu-toleration" in audit.stdout  # a rule of the packaged pack acted
+    assert "site-packages/webhook/data/rules/ (the installed pack)" in audit.stderr, audit.stderr
 
     certs = run(installed, empty, "certs", "--out", "certs")
     assert certs.returncode == 0, certs.stderr
-    manifests = run(installed, empty, "manifests", "--ca", "certs")
+    manifests = run(installed, empty, "manifests", "--ca", "certs", "--image", "reg.example/gw@sha256:abc")
     assert manifests.returncode == 0, manifests.stderr
     kinds = {d["kind"] for d in yaml.safe_load_all(manifests.stdout) if d}
     assert {"Deployment", "ValidatingWebhookConfiguration", "ConfigMap", "Secret"} <= kinds

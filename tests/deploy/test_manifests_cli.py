@@ -1,4 +1,5 @@
-"""`gpu-webhook manifests`: every --rules path in the rules ConfigMap, and stdout nothing but the manifests."""
+"""`gpu-webhook manifests` fails safe: no fail-closed webhook in front of the placeholder image, every
+--rules path in the rules ConfigMap, and stdout nothing but the manifests."""
 
 from __future__ import annotations
 
@@ -7,13 +8,15 @@ from typing import Any
 
 import pytest
 
-from tests.deploy.conftest import one
+from tests.deploy.conftest import MANIFESTS, by_kind, one
 from tests.support import RULES
 from webhook.cli import main
 from webhook.engine import RuleSet, rule_files
 from webhook.engine.yamlsource import plain_documents
+from webhook.kustomize import build
 
 IMAGE = "reg.example/gpu-webhook@sha256:0123"
+WEBHOOKS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 SITE_RULE = """\
 apiVersion: gpu-webhook.io/v1alpha1
 kind: GPUPolicy
@@ -27,10 +30,51 @@ spec:
 """
 
 
+@pytest.fixture(scope="module")
+def placeholder() -> str:
+    """The base's image, as the Deployment carries it until --image replaces it."""
+    return str(one(build(MANIFESTS / "base"), "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"])
+
+
 def manifests(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[dict[str, Any]], str]:
     code = main(["manifests", *argv])
     captured = capsys.readouterr()
     return code, [d for d in plain_documents(captured.out) if d], captured.err
+
+
+def failure_policies(documents: list[dict[str, Any]]) -> set[str]:
+    return {w["failurePolicy"] for kind in WEBHOOKS for obj in by_kind(documents, kind) for w in obj["webhooks"]}
+
+
+@pytest.mark.parametrize("source", [["--ca", "CA"], ["--component", "cert-manager"]], ids=["ca", "cert-manager"])
+def test_fail_closed_with_the_placeholder_image_is_refused(
+    capsys: pytest.CaptureFixture[str], ca_dir: Path, placeholder: str, source: list[str]
+) -> None:
+    argv = [str(ca_dir) if arg == "CA" else arg for arg in source]
+    code, documents, err = manifests(capsys, *argv)
+    assert code == 2 and documents == []  # nothing to apply
+    message = err.splitlines()[-1]
+    assert "failurePolicy: Fail" in message and f"placeholder image {placeholder}" in message
+    assert "refuse every pod create" in message  # why
+    assert "--image REGISTRY/gpu-webhook@sha256:..." in message and "--overlay audit" in message  # what to do
+
+
+def test_enforce_renders_with_an_image(capsys: pytest.CaptureFixture[str], ca_dir: Path, placeholder: str) -> None:
+    code, documents, err = manifests(capsys, "--ca", str(ca_dir), "--image", IMAGE)
+    assert code == 0
+    assert failure_policies(documents) == {"Fail"}
+    assert one(documents, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE
+    assert placeholder not in err
+
+
+def test_audit_overlay_renders_with_the_placeholder_and_says_so(
+    capsys: pytest.CaptureFixture[str], ca_dir: Path, placeholder: str
+) -> None:
+    code, documents, err = manifests(capsys, "--ca", str(ca_dir), "--overlay", "audit")
+    assert code == 0
+    assert failure_policies(documents) == {"Ignore"}
+    (note,) = [line for line in err.splitlines() if placeholder in line]
+    assert note.startswith("gpu-webhook: note: ") and "placeholder" in note and "--image" in note
 
 
 def test_two_rules_paths_fill_one_configmap(

@@ -12,7 +12,7 @@ from webhook.engine.yamlsource import plain_documents
 
 
 def render(ca_dir: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> list[dict]:
-    assert main(["manifests", "--ca", str(ca_dir), *extra]) == 0
+    assert main(["manifests", "--ca", str(ca_dir), "--image", "reg.example/gw@sha256:abc", *extra]) == 0
     return [d for d in plain_documents(capsys.readouterr().out) if d]
 
 

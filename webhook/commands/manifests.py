@@ -33,6 +33,7 @@ from webhook.commands.common import (
     default_rules_dir,
     load_ruleset,
     rule_paths,
+    warn,
 )
 from webhook.engine import rule_files
 from webhook.engine.schema import TEST_KIND
@@ -62,7 +63,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--ca", help="directory with ca.crt (and tls.crt/tls.key) from `gpu-webhook certs`")
     parser.add_argument("--no-secret", action="store_true", help="do not emit the TLS Secret")
     add_rules(parser)
-    parser.add_argument("--image", help="container image, e.g. registry.example.com/gpu-webhook@sha256:...")
+    parser.add_argument(
+        "--image",
+        metavar="IMAGE",
+        help="the image you pushed, e.g. REGISTRY/gpu-webhook@sha256:... (required with failurePolicy Fail: "
+        "the base's image is a placeholder)",
+    )
     parser.add_argument(
         "--native",
         action="store_true",
@@ -94,8 +100,44 @@ def run(args: argparse.Namespace) -> int:
         secret=not args.no_secret,
         native=native_mode(args.kubernetes_version, args.claims) if args.native else None,
     )
+    if not args.image:
+        _check_placeholder_image(documents)
     yaml.dump_all(documents, sys.stdout, Dumper=_DUMPER, sort_keys=False, default_flow_style=False, width=120)
     return 0
+
+
+def _check_placeholder_image(documents: list[dict[str, Any]]) -> None:
+    """Without --image the Deployment keeps the base's placeholder image, which no registry serves.
+
+    No replica would ever answer; under failurePolicy Fail the apiserver then refuses every
+    pod create the webhooks select (all but the exempt namespaces), so that output is refused.
+    Under Ignore nothing is refused and the output is useful to look at: a note says so.
+    """
+    images = [
+        container["image"]
+        for obj in documents
+        if obj["kind"] == "Deployment"
+        for container in obj["spec"]["template"]["spec"]["containers"]
+    ]
+    if not images:
+        return
+    fail_closed = [
+        obj["metadata"]["name"]
+        for obj in documents
+        if obj["kind"] in WEBHOOK_KINDS and any(w.get("failurePolicy") == "Fail" for w in obj["webhooks"])
+    ]
+    if fail_closed:
+        raise UsageError(
+            f"refusing to render webhooks that fail closed (failurePolicy: Fail in {', '.join(fail_closed)}) "
+            f"with the placeholder image {images[0]}: it cannot be pulled, no replica would answer, and the "
+            "apiserver would refuse every pod create outside the exempt namespaces. Give the image you pushed "
+            "with --image REGISTRY/gpu-webhook@sha256:..., or try it out first with --overlay audit "
+            "(failurePolicy: Ignore)"
+        )
+    warn(
+        f"note: the image {images[0]} is a placeholder: the webhook cannot start (with failurePolicy Ignore "
+        "nothing is refused meanwhile); give --image REGISTRY/gpu-webhook@sha256:... to run it"
+    )
 
 
 def render(
