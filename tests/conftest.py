@@ -105,6 +105,8 @@ SLOW: dict[str, str] = {
     "tests/server/test_reload_and_shutdown.py::test_sigterm_finishes_in_flight_requests": "server process",
     "tests/server/test_workers.py": "server processes with --workers 2",
     "tests/audit/test_jobs.py::test_jobs_two_writes_the_same_bytes_as_jobs_one": "forks --jobs 2 worker processes",
+    # a directory: every file in it
+    "tests/e2e": "a real etcd + kube-apiserver and `gpu-webhook serve` as subprocesses (tests/envtest.py)",
     # kubectl
     "tests/deploy/test_render.py::test_builtin_renderer_matches_kubectl_kustomize": "kubectl",
     "tests/deploy/test_render.py::test_components_render_the_same_through_kubectl": "kubectl",
@@ -161,12 +163,12 @@ SLOW: dict[str, str] = {
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """The inner loop (`-m "not slow"`) does not even import a file that is slow as a whole.
+    """The inner loop (`-m "not slow"`) does not even import a file (or directory) that is slow as a whole.
 
     Collection imports every test module before `-m` deselects anything; the slow files pull in
     hypothesis strategies, the Kubernetes client and server fixtures (~1 s of the inner loop).
     """
-    if config.option.markexpr != "not slow" or collection_path.suffix != ".py":
+    if config.option.markexpr != "not slow" or not (collection_path.suffix == ".py" or collection_path.is_dir()):
         return None
     relative = collection_path.relative_to(config.rootpath).as_posix()
     return True if relative in SLOW else None
@@ -175,7 +177,8 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         node = item.nodeid.split("[")[0]
-        if node in SLOW or node.split("::")[0] in SLOW or item.get_closest_marker("attack"):
+        file = node.split("::")[0]
+        if node in SLOW or file in SLOW or file.rpartition("/")[0] in SLOW or item.get_closest_marker("attack"):
             item.add_marker(pytest.mark.slow)
 
 
