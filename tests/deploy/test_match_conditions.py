@@ -171,16 +171,22 @@ def test_half_filled_objects_never_error(conditions: dict, obj: dict) -> None:
     assert not sends(conditions, obj)
 
 
-def test_update_that_leaves_the_spec_alone_is_not_sent(conditions: dict) -> None:
+def test_update_that_leaves_every_rule_input_alone_is_not_sent(conditions: dict) -> None:
+    """A finalizer or annotation change is skipped (a webhook outage must not keep a pod from being
+    deleted); a label change is sent (gpu-cost-labels and kueue-priority-class-allowed act on labels)."""
     old = gpu_pod()
     new = copy.deepcopy(old)
-    new["metadata"]["labels"] = {"team": "a"}
-    new["metadata"]["finalizers"] = []
+    new["metadata"]["finalizers"] = ["example.com/keep"]
+    new["metadata"]["annotations"] = {"example.com/note": "x"}
     assert not sends(conditions, new, "UPDATE", old)
-    assert not evaluate(conditions, ("vali", "spec-changed"), new, "UPDATE", old)
+    assert not evaluate(conditions, ("vali", "rule-inputs-changed"), new, "UPDATE", old)
+    relabelled = copy.deepcopy(new)
+    relabelled["metadata"]["labels"] = {"team": "other"}
+    assert sends(conditions, relabelled, "UPDATE", old)
+    assert evaluate(conditions, ("vali", "rule-inputs-changed"), relabelled, "UPDATE", old)
     new["spec"]["activeDeadlineSeconds"] = 60
     assert sends(conditions, new, "UPDATE", old)
-    assert evaluate(conditions, ("vali", "spec-changed"), new, "UPDATE", old)
+    assert evaluate(conditions, ("vali", "rule-inputs-changed"), new, "UPDATE", old)
 
 
 def test_validating_webhook_sees_cpu_pods(conditions: dict) -> None:

@@ -14,7 +14,15 @@ from webhook.engine import RuleSet
 KUEUE = "kueue-mutating-webhook-configuration"
 EXCLUDED = {"kube-system", "gpu-webhook"}
 TENANT_LABEL = "gpu-webhook.io/tenant"
-WORKLOAD_GROUPS = {"", "apps", "batch", "jobset.x-k8s.io", "kubeflow.org", "ray.io", "leaderworkerset.x-k8s.io"}
+WORKLOAD_GROUPS = {
+    "",
+    "apps",
+    "batch",
+    "jobset.x-k8s.io",
+    "kubeflow.org",
+    "ray.io",
+    "leaderworkerset.x-k8s.io",
+}
 
 
 def webhooks(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
@@ -43,9 +51,11 @@ def test_common_webhook_fields(rendered: dict, overlay: str) -> None:
         assert expressions[0] == ("kubernetes.io/metadata.name", "NotIn", EXCLUDED)
         assert all(key == TENANT_LABEL and values == {"true"} for key, _, values in expressions[1:])
         groups = {g for rule in webhook["rules"] for g in rule["apiGroups"]}
-        assert WORKLOAD_GROUPS <= groups <= WORKLOAD_GROUPS | {"resource.k8s.io"}  # DRA claims: validating
+        # validating only: DRA claims (dra-claim-limits); TrainJob and AppWrapper (the Kueue rules)
+        validating_only = {"resource.k8s.io", "trainer.kubeflow.org", "workload.codeflare.dev"}
+        assert WORKLOAD_GROUPS <= groups <= WORKLOAD_GROUPS | validating_only
         for rule in webhook["rules"]:
-            assert rule["operations"] == ["CREATE", "UPDATE"]
+            assert set(rule["operations"]) <= {"CREATE", "UPDATE"}
             assert rule["scope"] == "Namespaced"
             # the one subresource rules see: kubectl debug's ephemeral containers (KEP-277)
             assert all(r == "pods/ephemeralcontainers" or not ("/" in r or "*" in r) for r in rule["resources"])
@@ -69,8 +79,8 @@ def test_mutating_configuration_orders_before_kueue_and_reinvokes(rendered: dict
 def test_only_the_mutating_webhook_is_filtered_to_gpu_objects(rendered: dict) -> None:
     mutating = one(rendered["enforce"], "MutatingWebhookConfiguration")["webhooks"][0]
     validating = one(rendered["enforce"], "ValidatingWebhookConfiguration")["webhooks"][0]
-    assert [c["name"] for c in mutating["matchConditions"]] == ["spec-changed", "requests-accelerators"]
-    assert [c["name"] for c in validating["matchConditions"]] == ["spec-changed"]
+    assert [c["name"] for c in mutating["matchConditions"]] == ["rule-inputs-changed", "requests-accelerators"]
+    assert [c["name"] for c in validating["matchConditions"]] == ["rule-inputs-changed"]
 
 
 def test_every_mutating_rule_is_gpu_only(pack: RuleSet) -> None:
@@ -93,8 +103,8 @@ def test_the_two_mutating_entries_split_namespaces_by_the_tenant_label(rendered:
     ]
     assert tenant_selector == [[(TENANT_LABEL, "NotIn")], [(TENANT_LABEL, "In")]]  # disjoint: no double mutation
     # tenants: every pod (NVIDIA_VISIBLE_DEVICES=void goes into GPU-less ones) and kubectl debug
-    assert [c["name"] for c in entries[1]["matchConditions"]] == ["spec-changed"]
-    assert "pods/ephemeralcontainers" in entries[1]["rules"][0]["resources"]
+    assert [c["name"] for c in entries[1]["matchConditions"]] == ["rule-inputs-changed"]
+    assert "pods/ephemeralcontainers" in {r for rule in entries[1]["rules"] for r in rule["resources"]}
 
 
 def test_some_validating_rule_needs_cpu_only_pods(pack: RuleSet) -> None:

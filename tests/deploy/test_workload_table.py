@@ -1,8 +1,8 @@
 """The one table of workload kinds (webhook/engine/workloads.py) against everything built from or checked by it.
 
-The cluster audit's resource list and the autogen kinds are built from the table; the webhook
-configurations' `rules:` and the mutating webhook's `requests-accelerators` matchCondition are
-hand-written YAML (manifests/base/webhooks.yaml), so they are checked against it here.
+The cluster audit's resource list, the autogen kinds and the webhook registration
+(webhook/registration.py: `rules:` and the `requests-accelerators` matchCondition) are built from
+the table; these tests hold each against what the rules and the table say.
 """
 
 from __future__ import annotations
@@ -18,19 +18,10 @@ from tests.deploy.conftest import one
 from tests.support import cpu_pod, gpu_pod
 from webhook.audit.cluster import RESOURCES
 from webhook.engine import AdmissionInput, Phase, evaluate
-from webhook.engine.workloads import KINDS, WORKLOAD_KINDS, pod_template_targets
+from webhook.engine.workloads import KINDS, WORKLOAD_KINDS, pod_spec_paths, pod_template_targets
 
 GPU_SPEC = gpu_pod()["spec"]
 CPU_SPEC = cpu_pod()["spec"]
-# the mutating webhook leaves ReplicaSets out on purpose (see the comment in webhooks.yaml)
-NOT_MUTATED = {"replicasets"}
-# what a webhook may select beyond the table: not workloads with pod templates, but objects the
-# engine evaluates for their own sake (DRA claims) or a Pod's subresource (ephemeral containers)
-NOT_WORKLOADS = {
-    ("resource.k8s.io", "resourceclaims"),
-    ("resource.k8s.io", "resourceclaimtemplates"),
-    ("", "pods/ephemeralcontainers"),
-}
 
 
 def build(kind: Any, spec: dict[str, Any]) -> dict[str, Any]:
@@ -67,34 +58,88 @@ def test_the_cluster_audit_lists_every_kind_of_the_table():
     assert {"XGBoostJob", "PaddleJob"} <= {r.kind for r in RESOURCES}
 
 
-@pytest.mark.parametrize("kind", [k for k in KINDS if k.find is not None], ids=lambda k: k.kind)
+FIXED_PATHS = [k for k in KINDS if k.find is not None and not any("<" in t for t in k.templates)]
+
+
+@pytest.mark.parametrize("kind", FIXED_PATHS, ids=lambda k: k.kind)
 def test_every_template_path_of_the_table_is_found_and_autogen_reaches_it(kind, pack):
     obj = build(kind, GPU_SPEC)
     assert len(pod_template_targets(obj)) == len(kind.templates), kind.kind
     decision = evaluate(pack, AdmissionInput.offline(obj), Phase.MUTATE)
-    # gpu-toleration (a Pod rule, autogen) patches every template of every kind
-    assert sum(op["path"].endswith("/tolerations") for op in decision.patch) == len(kind.templates), decision.patch
+    # gpu-toleration (a Pod rule, autogen) patches every template of every kind autogen reaches and
+    # the webhook mutates
+    tolerations = sum(op["path"].endswith("/tolerations") for op in decision.patch)
+    assert tolerations == (len(kind.templates) if kind.mutated and kind.autogen else 0), decision.patch
 
 
-@pytest.mark.parametrize("webhook", ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"])
-def test_webhook_rules_cover_exactly_the_table(rendered, webhook):
-    configuration = one(rendered["enforce"], webhook)["webhooks"][0]
-    covered: set[tuple[str, str]] = set()
-    for rule in configuration["rules"]:
-        assert set(rule["operations"]) >= {"CREATE", "UPDATE"}
-        for group in rule["apiGroups"]:
-            for resource in rule["resources"]:
-                if (group, resource) in NOT_WORKLOADS:
-                    continue
-                covered.add((group, resource))
-                kinds = [k for k in KINDS if (k.group, k.plural) == (group, resource)]
-                assert kinds, f"{group}/{resource} is selected but is not in the table of workload kinds"
-                versions = set(kinds[0].versions)
-                assert rule["apiVersions"] == ["*"] or versions <= set(rule["apiVersions"]), kinds[0].kind
-    expected = {(k.group, k.plural) for k in KINDS}
-    if webhook.startswith("Mutating"):
-        expected = {(g, p) for g, p in expected if p not in NOT_MUTATED}
-    assert covered == expected
+def app_wrapper(spec: dict[str, Any]) -> dict[str, Any]:
+    """An AppWrapper (project-codeflare/appwrapper v1beta2 samples): a Job and a JobSet wrapped, each
+    pod template named by its component's podSets[].path, a list index written `name[i]`."""
+    return {
+        "apiVersion": "workload.codeflare.dev/v1beta2",
+        "kind": "AppWrapper",
+        "metadata": {"name": "wrapped", "namespace": "team-a"},
+        "spec": {
+            "components": [
+                {
+                    "podSets": [{"replicas": 1, "path": "template.spec.template"}],
+                    "template": {"apiVersion": "batch/v1", "kind": "Job", "spec": {"template": {"spec": spec}}},
+                },
+                {
+                    "podSets": [{"replicas": 2, "path": "template.spec.replicatedJobs[0].template.spec.template"}],
+                    "template": {
+                        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+                        "kind": "JobSet",
+                        "spec": {"replicatedJobs": [{"name": "w", "template": {"spec": {"template": {"spec": spec}}}}]},
+                    },
+                },
+                {"podSets": [{"path": "template.nowhere"}, {"path": "not a path"}, {}], "template": {"kind": "X"}},
+            ]
+        },
+    }
+
+
+def test_app_wrapper_pod_sets_are_found_by_their_paths():
+    obj = app_wrapper(copy.deepcopy(GPU_SPEC))
+    paths = [t.root for t in pod_template_targets(obj)]
+    assert paths == [
+        ("spec", "components", 0, "template", "spec", "template"),
+        ("spec", "components", 1, "template", "spec", "replicatedJobs", 0, "template", "spec", "template"),
+    ]
+    assert pod_spec_paths(obj) == tuple((*path, "spec") for path in paths)  # what gpuCount(podSpec) counts
+
+
+def test_every_kind_a_pack_rule_names_is_in_the_table(pack):
+    """A rule's kind outside the table (and not declared with its API) could never be registered."""
+    for rule in pack.rules:
+        assert rule.match.kinds - {"*"} <= {k.kind for k in KINDS}, rule.name
+
+
+def test_the_registration_sends_every_kind_the_rules_target(rendered, pack):
+    """Each (group, resource, operation) a pack rule targets is in the rules of an entry of its phase."""
+    from webhook.registration import ENTRIES, entry_rules, sent_apis
+
+    configurations = {o["kind"]: o for o in rendered["enforce"] if o["kind"].endswith("WebhookConfiguration")}
+    for entry in ENTRIES:
+        (webhook,) = [w for w in configurations[entry.configuration]["webhooks"] if w["name"] == entry.name]
+        sent = {
+            (group, resource, operation)
+            for rule in webhook["rules"]
+            for group in rule["apiGroups"]
+            for resource in rule["resources"]
+            for operation in rule["operations"]
+        }
+        for rule in entry_rules(pack, entry):
+            for api in sent_apis(rule, entry.phase):
+                for operation in rule.match.operations:
+                    assert (api.group, api.plural, operation) in sent, (entry.name, rule.name, api.kind, operation)
+
+
+def test_the_mutating_registration_never_sends_a_kind_the_webhook_does_not_mutate(rendered):
+    mutating = one(rendered["enforce"], "MutatingWebhookConfiguration")
+    resources = {r for webhook in mutating["webhooks"] for rule in webhook["rules"] for r in rule["resources"]}
+    assert not resources & {k.plural for k in KINDS if not k.mutated}
+    assert "replicasets" in {k.plural for k in KINDS if not k.mutated}
 
 
 def test_the_accelerator_match_condition_knows_every_kind_of_the_table(rendered):
@@ -108,7 +153,19 @@ def test_the_accelerator_match_condition_knows_every_kind_of_the_table(rendered)
         assert result.type() == cel.Type.BOOL, result.value()
         return result.value()
 
-    for kind in KINDS:
+    for kind in FIXED_PATHS:
+        if not (kind.mutated and kind.autogen):
+            continue
         assert sends(build(kind, GPU_SPEC)), f"{kind.kind}: a GPU template is not seen by the matchCondition"
         assert not sends(build(kind, CPU_SPEC)), kind.kind
-    assert {k.kind for k in KINDS if k.find is not None} == WORKLOAD_KINDS
+    assert {k.kind for k in KINDS if k.find is not None and k.autogen} == WORKLOAD_KINDS
+
+
+def test_the_kustomize_base_is_the_registration_of_the_shipped_pack(pack):
+    """manifests/base/webhooks.yaml is generated (python -m webhook.registration > manifests/base/webhooks.yaml)."""
+    from tests.support import REPO
+    from webhook.registration import base_yaml
+
+    assert (REPO / "manifests" / "base" / "webhooks.yaml").read_text() == base_yaml(pack), (
+        "stale: run `python -m webhook.registration > manifests/base/webhooks.yaml`"
+    )

@@ -27,6 +27,7 @@ from webhook.engine import AdmissionInput, LoadError, Phase, RuleSet, celsyntax,
 from webhook.engine.model import SourceLocation
 from webhook.engine.mutate import MUTATIONS
 from webhook.engine.schema import API_VERSION, POLICY_KIND
+from webhook.engine.workloads import BY_KIND
 from webhook.engine.yamlsource import Document, YamlError, load_documents
 
 from .celfields import field_problems, scope_for
@@ -77,6 +78,7 @@ def lint(paths: Iterable[str | os.PathLike[str]]) -> list[LoadError]:
         errors.extend(_field_errors(document))
         errors.extend(_slow_forms(document))
         errors.extend(_param_errors(document))
+        errors.extend(_kind_errors(document))
     if result.ruleset is not None:
         errors.extend(_mutate_then_deny(result.ruleset, {_name(d): d for d in documents}))
     return sorted(_unique(errors), key=lambda e: (e.location.file, e.location.line, e.location.column))
@@ -114,7 +116,8 @@ def _field_errors(document: Document) -> Iterator[LoadError]:
         return
     match = found if isinstance(found := spec.get("match"), Mapping) else {}
     kinds = listed if isinstance(listed := match.get("kinds"), list) else []
-    scope = scope_for([str(k) for k in kinds], spec.get("autogen", True) is not False)
+    names = [str(k.get("kind")) if isinstance(k, Mapping) else str(k) for k in kinds]
+    scope = scope_for(names, spec.get("autogen", True) is not False)
     for path, text in document_cel_texts(data):
         for problem in field_problems(text, scope):
             line, column = document.text_position(path, problem.offset)
@@ -154,6 +157,29 @@ def _slow_forms(document: Document) -> Iterator[LoadError]:
 
 # params.name, params['name'], .params.name (CEL's leading dot; not other.params.name: celsyntax.selected)
 _PARAM_REFERENCE = re.compile(r"(?<!\w)params\s*(?:\.\s*([A-Za-z_]\w*)|\[\s*['\"]([^'\"]+)['\"]\s*\])")
+
+
+def _kind_errors(document: Document) -> Iterator[LoadError]:
+    """A kind the webhook registration cannot ask the apiserver to send: neither in the engine's kind
+    table nor declared with its API. The rule would lint, test and audit, and never act in a cluster."""
+    spec = document.data.get("spec")
+    match = spec.get("match") if isinstance(spec, Mapping) else None
+    kinds = match.get("kinds") if isinstance(match, Mapping) else None
+    if not isinstance(kinds, list):
+        return
+    for index, kind in enumerate(kinds):
+        if not isinstance(kind, str) or kind == "*" or kind in BY_KIND:
+            continue
+        close = difflib.get_close_matches(kind, list(BY_KIND), n=1, cutoff=0.85)
+        hint = f"did you mean {close[0]}? Otherwise name" if close else "name"
+        line, column = document.position(("spec", "match", "kinds", index))
+        yield LoadError(
+            SourceLocation(document.file, line, column),
+            f"spec.match.kinds[{index}]: {kind} cannot be enforced: the webhook registration only sends the kinds "
+            f"gpu-webhook knows ({', '.join(sorted(BY_KIND))}); {hint} its API so that it is registered: "
+            f"kinds: [{{kind: {kind}, group: <group, '' for core>, version: <v1>, resource: <plural>}}]",
+            _name(document),
+        )
 
 
 def _param_errors(document: Document) -> Iterator[LoadError]:

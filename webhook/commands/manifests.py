@@ -42,6 +42,7 @@ from webhook.export import CLAIMS_MODES, CLAIMS_REFUSE, export
 from webhook.export.mixed import webhook_files
 from webhook.export.versions import DEFAULT_VERSION, Release
 from webhook.kustomize import KustomizeError, build, sort_objects
+from webhook.registration import configmap_ruleset, derive
 
 SERVICE, NAMESPACE, RULES_CONFIGMAP, TLS_SECRET = "gpu-webhook", "gpu-webhook", "gpu-webhook-rules", "gpu-webhook-tls"
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
@@ -172,6 +173,8 @@ def render(
     objects.append(configmap)
     if native is not None:
         objects.extend(native_policies(configmap, rules or default_rules_dir(), native))
+    # what the apiserver sends follows the rules the webhook will load: the ConfigMap, after --native
+    objects = derive(objects, configmap_ruleset(configmap))
     if ca_dir is not None:
         ca = _read(ca_dir / CA_FILE)
         for obj in objects:

@@ -36,6 +36,7 @@ from .model import (
 from .mutate import MutationContext, MutationError
 from .patch import PatchConflict
 from .ruleset import RuleSet
+from .workloads import UNMUTATED_KINDS
 
 __all__ = ["EVALUATED_SUBRESOURCES", "RuleError", "evaluate", "rule_expressions"]
 
@@ -65,7 +66,7 @@ def evaluate(
         return decision
     projection = projection_for(ruleset, candidates, phase)  # with the phase's rules, listed once per rule set
     run = _Run(ruleset, admission, decision, mode, trace, limits, projection)
-    if admission.object is not None:
+    if admission.object is not None and kind not in UNMUTATED_KINDS:
         for rule in projection.mutating:
             run.mutate(rule)
     run.validate_all(projection.validating)

@@ -17,7 +17,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from .cel import CelCompileError, CelEnvironment, CompiledExpression
-from .model import Action, LabelSelector, LoadError, Match, Rule, SourceLocation, Validation
+from .model import Action, KindApi, LabelSelector, LoadError, Match, Rule, SourceLocation, Validation
 from .mutate import MUTATIONS, Mutation, build_mutation
 from .resources import DEFAULT_ACCELERATORS, DEFAULT_DEVICE_CLASSES, Accelerators
 from .ruleset import RuleSet
@@ -273,7 +273,12 @@ def _compile_rule(document: Document, env: CelEnvironment, errors: list[LoadErro
     namespaces = match_spec.get("namespaces") or {}
     operations = match_spec.get("operations") or ["CREATE", "UPDATE"]
     match = Match(
-        kinds=frozenset(match_spec["kinds"]),
+        kinds=frozenset(k if isinstance(k, str) else k["kind"] for k in match_spec["kinds"]),
+        declared=tuple(
+            KindApi(k["kind"], k["group"], k["version"], k["resource"])
+            for k in match_spec["kinds"]
+            if not isinstance(k, str)
+        ),
         operations=frozenset(("CREATE", "UPDATE", "DELETE", "CONNECT") if "*" in operations else operations),
         namespaces_include=frozenset(namespaces["include"]) if "include" in namespaces else None,
         namespaces_exclude=frozenset(namespaces.get("exclude", ())),

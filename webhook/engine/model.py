@@ -99,6 +99,16 @@ class LabelSelector:
 
 
 @dataclass(frozen=True, slots=True)
+class KindApi:
+    """Where the apiserver serves a kind: its group ('' for core), a version and the plural resource."""
+
+    kind: str
+    group: str
+    version: str
+    resource: str
+
+
+@dataclass(frozen=True, slots=True)
 class Match:
     kinds: frozenset[str]
     operations: frozenset[str]
@@ -108,6 +118,8 @@ class Match:
     object_selector: LabelSelector | None = None
     gpu: bool | None = None
     condition: CompiledExpression | None = None
+    # kinds outside the kind table, with the API the rule named for them (the registration sends them)
+    declared: tuple[KindApi, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

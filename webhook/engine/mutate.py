@@ -542,6 +542,9 @@ class MutationKind:
     build: Builder  # arguments (schema-valid) and the rule's CEL compiler -> the Mutation
     examples: tuple[Mapping[str, Any], ...]  # valid arguments: the tests apply each one, twice
     cel_fields: tuple[CelField, ...] = ()  # where CEL text sits in the arguments (lint checks it)
+    # The fields of the target it reads or writes besides the pod spec ("metadata.labels"), "*" for
+    # anywhere: an UPDATE that changes one of them must reach the webhook (registration.py).
+    touches: tuple[str, ...] = ()
 
     def cel_texts(self, args: Any) -> Iterator[tuple[tuple[str, ...], str]]:
         """(path inside the arguments, CEL text) for every CEL field present in `args`."""
@@ -600,6 +603,7 @@ MUTATIONS: dict[str, MutationKind] = {
                 },
             ),
             cel_fields=(("valueExpressions", "*"),),
+            touches=("metadata.labels",),
         ),
         MutationKind(
             "setAnnotations",
@@ -613,6 +617,7 @@ MUTATIONS: dict[str, MutationKind] = {
                 },
             ),
             cel_fields=(("valueExpressions", "*"),),
+            touches=("metadata.annotations",),
         ),
         MutationKind(
             "setPriorityClassName",
@@ -642,6 +647,7 @@ MUTATIONS: dict[str, MutationKind] = {
             Merge.schema,
             lambda spec, compile_cel: Merge(dict(spec)),
             examples=({"spec": {"securityContext": {"runAsNonRoot": True}}},),
+            touches=("*",),
         ),
         MutationKind(
             "setQueueName",
@@ -649,6 +655,7 @@ MUTATIONS: dict[str, MutationKind] = {
             lambda spec, compile_cel: SetQueueName(*_value_or_expression(spec, compile_cel)),
             examples=({"value": "team-a-queue"}, {"valueExpression": "object.metadata.namespace + '-queue'"}),
             cel_fields=_VALUE_EXPRESSION,
+            touches=("metadata.labels",),
         ),
     )
 }

@@ -83,7 +83,33 @@ POLICY_SCHEMA: dict[str, Any] = {
                     "additionalProperties": False,
                     "required": ["kinds"],
                     "properties": {
-                        "kinds": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+                        "kinds": {
+                            "type": "array",
+                            "minItems": 1,
+                            "description": "Kinds the rule targets: a name from the kind table (Pod, Job, JobSet, "
+                            "RayService, ...; '*' for all of them), or, for any other kind, its API as a mapping "
+                            "so that the webhook registration can ask the apiserver to send it.",
+                            "items": {
+                                "oneOf": [
+                                    {"type": "string", "minLength": 1},
+                                    {
+                                        "type": "object",
+                                        "additionalProperties": False,
+                                        "required": ["kind", "group", "version", "resource"],
+                                        "properties": {
+                                            "kind": {"type": "string", "minLength": 1},
+                                            "group": {"type": "string", "description": "'' for the core API"},
+                                            "version": {"type": "string", "minLength": 1},
+                                            "resource": {
+                                                "type": "string",
+                                                "pattern": "^[a-z0-9.-]+$",
+                                                "description": "the plural resource name, e.g. services",
+                                            },
+                                        },
+                                    },
+                                ]
+                            },
+                        },
                         "operations": {"type": "array", "items": {"enum": OPERATIONS_ENUM}},
                         "namespaces": {
                             "type": "object",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,38 @@ def _ray(prefix: Path) -> TemplateFinder:
     return find
 
 
+def _app_wrapper(obj: Mapping[str, Any], owner: str) -> Iterator[tuple[Path, str]]:
+    """Each pod set of each wrapped component: `podSets[].path` is a dotted path inside the
+    component (`template.spec.template`), where `name[i]` indexes a list."""
+    components = get_path(obj, ("spec", "components"))
+    for index, component in enumerate(components if isinstance(components, list) else []):
+        pod_sets = component.get("podSets") if is_map(component) else None
+        for number, pod_set in enumerate(pod_sets if isinstance(pod_sets, list) else []):
+            relative = _dotted_path(pod_set.get("path")) if is_map(pod_set) else None
+            if relative is None:
+                continue
+            path: Path = ("spec", "components", index, *relative)
+            if isinstance(get_path(obj, path), Mapping):
+                yield path, f"pod set {number} of component {index} of {owner}"
+
+
+_PATH_ELEMENT = re.compile(r"([A-Za-z0-9_-]+)(?:\[(\d+)\])?")
+
+
+def _dotted_path(text: object) -> Path | None:
+    if not isinstance(text, str) or not text:
+        return None
+    out: list[str | int] = []
+    for element in text.split("."):
+        found = _PATH_ELEMENT.fullmatch(element)
+        if found is None:
+            return None
+        out.append(found.group(1))
+        if found.group(2) is not None:
+            out.append(int(found.group(2)))
+    return tuple(out)
+
+
 def _leader_worker_set(obj: Mapping[str, Any], owner: str) -> Iterator[tuple[Path, str]]:
     for field, role in (("leaderTemplate", "leader"), ("workerTemplate", "worker")):
         path: Path = ("spec", "leaderWorkerTemplate", field)
@@ -66,15 +99,19 @@ def _leader_worker_set(obj: Mapping[str, Any], owner: str) -> Iterator[tuple[Pat
 
 @dataclass(frozen=True, slots=True)
 class WorkloadKind:
-    """One kind whose pod templates the rules see: THE table that autogen, the cluster audit's list
-    of resources and the checks of the webhook configurations (rules:, matchConditions) derive from."""
+    """One kind a rule can target: THE table that autogen, the cluster audit's list of resources, the
+    export's resourceRules and the webhook registration (rules:, matchConditions) derive from."""
 
     kind: str
     group: str  # "" for the core API
     versions: tuple[str, ...]  # served versions, newest first (the cluster audit lists the first served)
     plural: str  # the resource name in webhook rules and API paths
-    templates: tuple[str, ...]  # where the pod specs live, for documentation and the matchCondition check
-    find: TemplateFinder | None  # None for Pod: its spec is the object's own
+    templates: tuple[str, ...]  # where the pod specs live ("" entries: none known), for docs and matchConditions
+    find: TemplateFinder | None  # None: no pod templates (a Pod's spec is its own; DRA claims; TrainJob)
+    # False: the webhook never mutates it (the engine skips its mutations, the registration does not send it)
+    mutated: bool = True
+    # False: Pod rules do not extend to its templates; rules that name the kind still see its pod specs
+    autogen: bool = True
 
     @property
     def api_versions(self) -> tuple[str, ...]:
@@ -86,13 +123,26 @@ KUBEFLOW = "kubeflow.org"
 # jobset.x-k8s.io/v1alpha2 (kubernetes-sigs/jobset api/jobset/v1alpha2); kubeflow.org/v1 for
 # PyTorchJob, TFJob, XGBoostJob and PaddleJob (kubeflow/training-operator pkg/apis/kubeflow.org/v1),
 # MPIJob v2beta1 (kubeflow/mpi-operator) and v1 (training-operator); ray.io/v1 and v1alpha1
-# (ray-project/kuberay ray-operator/apis); leaderworkerset.x-k8s.io/v1 (kubernetes-sigs/lws).
+# (ray-project/kuberay ray-operator/apis); leaderworkerset.x-k8s.io/v1 (kubernetes-sigs/lws);
+# RayService ray.io/v1 with its cluster under spec.rayClusterConfig (kuberay ray-operator/apis/ray/v1
+# rayservice_types.go); AppWrapper workload.codeflare.dev/v1beta2, whose spec.components[] wrap any
+# pod-creating object and name each pod template by podSets[].path (project-codeflare/appwrapper
+# api/v1beta2/appwrapper_types.go); TrainJob trainer.kubeflow.org/v1alpha1, which has no pod
+# template (its pods come from the TrainingRuntime it references; kubeflow/trainer
+# pkg/apis/trainer/v1alpha1); ResourceClaim and ResourceClaimTemplate resource.k8s.io/v1 (DRA, GA in
+# Kubernetes 1.34). Kueue manages RayService, AppWrapper and TrainJob by default (kubernetes-sigs/kueue
+# config/components/manager/controller_manager_config.yaml), so the queue rules must see them.
 KINDS: tuple[WorkloadKind, ...] = (
     WorkloadKind("Pod", "", ("v1",), "pods", ("spec",), None),
     WorkloadKind("Deployment", "apps", ("v1",), "deployments", ("spec.template",), _single("spec", "template")),
     WorkloadKind("StatefulSet", "apps", ("v1",), "statefulsets", ("spec.template",), _single("spec", "template")),
     WorkloadKind("DaemonSet", "apps", ("v1",), "daemonsets", ("spec.template",), _single("spec", "template")),
-    WorkloadKind("ReplicaSet", "apps", ("v1",), "replicasets", ("spec.template",), _single("spec", "template")),
+    # Never mutated: a Deployment's controller replaces a ReplicaSet whose template differs from its
+    # Deployment's, forever (the Deployment's own template is mutated; a bare ReplicaSet's pods are
+    # mutated as pods). Validated like any workload.
+    WorkloadKind(
+        "ReplicaSet", "apps", ("v1",), "replicasets", ("spec.template",), _single("spec", "template"), mutated=False
+    ),
     WorkloadKind("Job", "batch", ("v1",), "jobs", ("spec.template",), _single("spec", "template")),
     WorkloadKind(
         "CronJob",
@@ -162,6 +212,30 @@ KINDS: tuple[WorkloadKind, ...] = (
         _ray(("spec",)),
     ),
     WorkloadKind(
+        "RayService",
+        "ray.io",
+        ("v1",),
+        "rayservices",
+        ("spec.rayClusterConfig.headGroupSpec.template", "spec.rayClusterConfig.workerGroupSpecs[*].template"),
+        _ray(("spec", "rayClusterConfig")),
+        # its RayCluster passes admission as a RayCluster when the KubeRay operator creates it
+        autogen=False,
+    ),
+    WorkloadKind(
+        "AppWrapper",
+        "workload.codeflare.dev",
+        ("v1beta2",),
+        "appwrappers",
+        ("spec.components[*].<podSets[*].path>",),
+        _app_wrapper,
+        # the wrapped Jobs, JobSets, Deployments... pass admission as themselves when the AppWrapper
+        # controller creates them, and no fixed path reaches its templates (registration, export)
+        autogen=False,
+    ),
+    WorkloadKind("TrainJob", "trainer.kubeflow.org", ("v1alpha1",), "trainjobs", (), None),
+    WorkloadKind("ResourceClaim", "resource.k8s.io", ("v1",), "resourceclaims", (), None),
+    WorkloadKind("ResourceClaimTemplate", "resource.k8s.io", ("v1",), "resourceclaimtemplates", (), None),
+    WorkloadKind(
         "LeaderWorkerSet",
         "leaderworkerset.x-k8s.io",
         ("v1",),
@@ -171,9 +245,12 @@ KINDS: tuple[WorkloadKind, ...] = (
     ),
 )
 BY_KIND: dict[str, WorkloadKind] = {k.kind: k for k in KINDS}
-# kinds with pod templates (what autogen extends a Pod rule to)
-WORKLOADS: dict[str, WorkloadKind] = {k.kind: k for k in KINDS if k.find is not None}
+# kinds with pod templates
+TEMPLATED: dict[str, WorkloadKind] = {k.kind: k for k in KINDS if k.find is not None}
+# what autogen extends a Pod rule to
+WORKLOADS: dict[str, WorkloadKind] = {k.kind: k for k in TEMPLATED.values() if k.autogen}
 WORKLOAD_KINDS: frozenset[str] = frozenset(WORKLOADS)
+UNMUTATED_KINDS: frozenset[str] = frozenset(k.kind for k in KINDS if not k.mutated)
 
 
 def api_group(obj: Mapping[str, Any]) -> str:
@@ -196,7 +273,7 @@ def owner_name(obj: Mapping[str, Any]) -> str:
 
 def pod_template_targets(obj: Mapping[str, Any]) -> list[Target]:
     """One target per pod template of a known workload kind (empty for anything else)."""
-    entry = WORKLOADS.get(str(obj.get("kind")))
+    entry = TEMPLATED.get(str(obj.get("kind")))
     if entry is None or entry.find is None or api_group(obj) != entry.group:
         return []
     owner = owner_name(obj)
