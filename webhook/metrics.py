@@ -115,6 +115,28 @@ class Metrics:
             ["cache"],
             registry=r,
         )
+        # webhook/registration_sync.py: labels are the two configurations' names and their three entries
+        self.registration_drift = Gauge(
+            "gpu_webhook_registration_drift",
+            "1 when the live webhook entry does not send what the loaded rules need (a resource or operation "
+            "no live rule sends, a matchCondition the rules do not derive, or the entry or its configuration "
+            "missing), by configuration and webhook.",
+            ["configuration", "webhook"],
+            registry=r,
+        )
+        self.registration_writes = Counter(
+            "gpu_webhook_registration_writes",
+            "Writes of a webhook configuration's rules and matchConditions by this process, by configuration "
+            "and reason (reload: exactly what the loaded rules derive; repair: drift widened).",
+            ["configuration", "reason"],
+            registry=r,
+        )
+        self.registration_failures = Counter(
+            "gpu_webhook_registration_check_failures",
+            "Reads or writes of a webhook configuration that failed (network, RBAC, conflicts past the retries).",
+            ["configuration"],
+            registry=r,
+        )
         self.cert_reloads = Counter("gpu_webhook_certificate_reloads", "Serving certificate reloads.", registry=r)
         self.cert_reload_failures = Counter(
             "gpu_webhook_certificate_reload_failures",
