@@ -70,6 +70,17 @@ class NamespaceSource(Protocol):
     def stop(self, timeout: float = 5.0) -> None: ...
 
 
+class RegistrationSource(Protocol):
+    """Keeps (or only checks) the live webhook configurations against the loaded rules from its own
+    thread (webhook.registration_sync); the server starts and stops it and shows `status()` on /readyz."""
+
+    def status(self) -> dict[str, Any]: ...
+
+    def start(self) -> None: ...
+
+    def stop(self, timeout: float = 5.0) -> None: ...
+
+
 @dataclass
 class ServerConfig:
     rules: list[str]
@@ -114,6 +125,7 @@ class ServerState:
     certs: CertificateStore | None
     metrics: Metrics
     namespaces: NamespaceSource | None = None
+    registration: RegistrationSource | None = None
     stopping: bool = False
     in_flight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
@@ -268,6 +280,10 @@ def readiness(state: ServerState) -> tuple[bool, dict[str, Any]]:
         caches: dict[str, Any] = getattr(state.namespaces, "detail", dict)()
         detail["namespaces"] = {"synced": state.namespaces.synced, "caches": caches}
         ready = ready and state.namespaces.synced
+    if state.registration is not None:
+        # detail only: a drifting registration still sends most requests, and an unready webhook
+        # (every replica, at once) would refuse or skip them all
+        detail["registration"] = state.registration.status()
     if state.certs is not None:
         detail["certificate"] = {
             "notAfter": state.certs.not_after,
@@ -379,6 +395,8 @@ class Server:
                 self.metrics.watch_stale.labels(cache_name).set_function(
                     lambda c=cache_name: float(bool(namespaces.detail().get(c, {}).get("stale")))  # type: ignore[misc]
                 )
+        if self.state.registration is not None:
+            self.state.registration.start()
         log.info(
             "serving",
             extra={"address": f"https://{config.host}:{self.port}", "mode": str(config.mode), "rules": config.rules},
@@ -411,6 +429,8 @@ class Server:
             await runner.cleanup()
         if state.namespaces is not None:
             await asyncio.to_thread(state.namespaces.stop)
+        if state.registration is not None:
+            await asyncio.to_thread(state.registration.stop)
         log.info("stopped", extra={"unfinished": state.in_flight})
 
     async def _await_accepted(self, until: float) -> None:

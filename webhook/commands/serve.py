@@ -10,14 +10,17 @@ import os
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from webhook import logs
 from webhook.certs import CA_FILE, ensure_dev_certificates
 from webhook.commands.common import EXIT_USAGE, UsageError, add_rules, describe_rules, rule_paths
 from webhook.engine import Mode
-from webhook.server import NamespaceSource, Server, ServerConfig
+from webhook.server import NamespaceSource, RegistrationSource, Server, ServerConfig
 from webhook.workers import run_workers
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
 log = logging.getLogger("gpu_webhook.serve")
 
@@ -73,6 +76,23 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--kubeconfig", help="kubeconfig for the namespace watch (default: in-cluster)")
     parser.add_argument("--context", help="kubeconfig context for the namespace watch")
     parser.add_argument(
+        "--manage-registration",
+        nargs="?",
+        const="true",
+        default="auto",
+        choices=["auto", "true", "false"],
+        help="keep the rules and matchConditions of the webhook configurations gpu-webhook-mutating and "
+        "gpu-webhook-validating as the loaded rules derive them (nothing else of them); false: leave them to "
+        "GitOps and only report drift (/readyz, gpu_webhook_registration_drift); auto (default): true in a "
+        "cluster's pod, false with --kubeconfig/--context. Uses the cluster connection of --namespaces",
+    )
+    parser.add_argument(
+        "--registration-interval",
+        type=float,
+        default=30.0,
+        help="seconds between checks of the live webhook configurations (default 30)",
+    )
+    parser.add_argument(
         "--workers",
         type=int,
         default=1,
@@ -102,20 +122,52 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-def _namespace_cache(args: argparse.Namespace) -> NamespaceSource | None:
-    """The cluster's watch caches (namespaces, PriorityClasses, DRA claims), or None without a cluster."""
+def _cluster(args: argparse.Namespace) -> ApiClient | None:
+    """The connection for the watch caches and the registration, or None without a cluster."""
     wanted = args.namespaces == "watch" or (
         args.namespaces == "auto" and bool(args.kubeconfig or args.context or os.environ.get("KUBERNETES_SERVICE_HOST"))
     )
     if not wanted:
         _warn_without_context(args)
         return None
-    from webhook.kube import ClusterContext, ClusterError, connect
+    from webhook.kube import ClusterError, connect
 
     try:
-        return ClusterContext(connect(args.kubeconfig, args.context))
+        return connect(args.kubeconfig, args.context)
     except ClusterError as error:
         raise UsageError(str(error)) from None
+
+
+def _namespace_cache(api_client: ApiClient | None) -> NamespaceSource | None:
+    """The cluster's watch caches (namespaces, PriorityClasses, DRA claims), or None without a cluster."""
+    if api_client is None:
+        return None
+    from webhook.kube import ClusterContext
+
+    return ClusterContext(api_client)
+
+
+def manages_registration(args: argparse.Namespace) -> bool:
+    """auto: a server in a pod of the cluster manages; one pointed at a cluster from elsewhere
+    (--kubeconfig, --context: a laptop, a test) only reports, so that it never rewrites the
+    registration of a cluster it merely reads."""
+    if args.manage_registration != "auto":
+        return bool(args.manage_registration == "true")
+    return not (args.kubeconfig or args.context) and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def _registration(args: argparse.Namespace, api_client: ApiClient, server: Server, writer: bool) -> RegistrationSource:
+    from webhook.registration_sync import RegistrationSync
+
+    manage = manages_registration(args) and writer
+    log.info(
+        "webhook registration: %s",
+        "kept in step with the rules" if manage else "checked for drift only (--manage-registration)",
+        extra={"manageRegistration": manage},
+    )
+    return RegistrationSync(
+        api_client, server.state.rules, manage=manage, interval=args.registration_interval, metrics=server.metrics
+    )
 
 
 def _warn_without_context(args: argparse.Namespace) -> None:
@@ -154,6 +206,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--max-connections must be at least 1 and --handshake-timeout positive")
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
+    if args.registration_interval <= 0:
+        raise UsageError("--registration-interval must be positive")
     if args.workers > 1 and args.port == 0:
         raise UsageError("--workers needs a fixed --port: every worker must listen on the same one")
     config = ServerConfig(
@@ -187,7 +241,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             worker_config = config
         try:
-            return _serve(worker_config, args)
+            # one writer per pod: the other workers hold the same rules and only report
+            return _serve(worker_config, args, writer=index == 0)
         except UsageError as error:
             print(f"gpu-webhook: worker {index}: {error}", file=sys.stderr)
             return EXIT_USAGE
@@ -195,12 +250,15 @@ def run(args: argparse.Namespace) -> int:
     return run_workers(args.workers, worker)
 
 
-def _serve(config: ServerConfig, args: argparse.Namespace) -> int:
-    # in the worker itself: the namespace watch thread would not survive a fork
+def _serve(config: ServerConfig, args: argparse.Namespace, writer: bool = True) -> int:
+    # in the worker itself: the namespace watch and registration threads would not survive a fork
+    api_client = _cluster(args)
     try:
-        server = Server(config, namespaces=_namespace_cache(args))
+        server = Server(config, namespaces=_namespace_cache(api_client))
     except (ValueError, OSError) as error:
         raise UsageError(f"cannot start:\n{error}") from None
+    if api_client is not None:
+        server.state.registration = _registration(args, api_client, server, writer)
     # the line the other commands print on stderr (common.load_ruleset), as a structured log line
     ruleset = server.state.rules.ruleset
     assert ruleset is not None  # Server() raises when the rules do not load
