@@ -113,18 +113,37 @@ def test_cert_manager_variant_injects_instead_of_embedding(rendered: dict) -> No
         for o in by_kind(objects, "ClusterRole")
         if o["metadata"]["name"] != "gpu-webhook-audit"  # the audit CronJob's own role: test_install_safety.py
         for r in o["rules"]
-        if "create" in r["verbs"]
+        if {"create", "update", "patch", "delete"} & set(r["verbs"])
     ]
     assert writes == [
+        *REGISTRATION_RULES,  # the base's (below)
         {
             "apiGroups": ["wgpolicyk8s.io"],
             "resources": ["policyreports", "clusterpolicyreports"],
             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-        }
+        },
     ]
 
 
-def test_base_rbac_is_read_only_and_minimal(rendered: dict) -> None:
+# the server keeps these two, and no other webhook configuration, in step with its rules
+# (webhook/registration_sync.py): by name, GET + PUT only; no list/watch (resourceNames cannot limit them)
+REGISTRATION_RULES = [
+    {
+        "apiGroups": ["admissionregistration.k8s.io"],
+        "resources": ["mutatingwebhookconfigurations"],
+        "resourceNames": ["gpu-webhook-mutating"],
+        "verbs": ["get", "update"],
+    },
+    {
+        "apiGroups": ["admissionregistration.k8s.io"],
+        "resources": ["validatingwebhookconfigurations"],
+        "resourceNames": ["gpu-webhook-validating"],
+        "verbs": ["get", "update"],
+    },
+]
+
+
+def test_base_rbac_reads_the_context_and_writes_only_its_own_registration(rendered: dict) -> None:
     roles = by_kind(rendered["enforce"], "ClusterRole")
     assert [r["metadata"]["name"] for r in roles] == ["gpu-webhook"]
     assert roles[0]["rules"] == [
@@ -135,8 +154,11 @@ def test_base_rbac_is_read_only_and_minimal(rendered: dict) -> None:
             "resources": ["resourceclaims", "resourceclaimtemplates"],
             "verbs": ["get", "list", "watch"],
         },
+        *REGISTRATION_RULES,
     ]
     assert not by_kind(rendered["enforce"], "Role")
+    names = {w["metadata"]["name"] for w in rendered["enforce"] if w["kind"].endswith("WebhookConfiguration")}
+    assert names == {n for rule in REGISTRATION_RULES for n in rule["resourceNames"]}
 
 
 def test_cli_prints_multi_document_yaml(ca_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
