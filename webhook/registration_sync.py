@@ -304,17 +304,24 @@ class RegistrationSync:
         self._due = 0.0
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self._status: dict[str, Any] = self._snapshot()
+        # (detail, name -> monotonic time of its last read): swapped whole, read by the event loop
+        self._published: tuple[dict[str, Any], dict[str, float | None]] = self._snapshot()
         self.writes = 0  # PUTs that succeeded (tests)
 
     # -- what the event loop reads ------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         """For /readyz: managed or report-only, and per configuration and webhook whether it drifts."""
-        return self._status
+        detail, checked = self._published
+        now = time.monotonic()
+        configurations = {}
+        for name, found in detail["configurations"].items():
+            at = checked[name]
+            configurations[name] = {**found, "lastCheckAgeSeconds": None if at is None else round(now - at, 1)}
+        return {**detail, "configurations": configurations}
 
     @property
     def drift(self) -> bool:
-        return bool(self._status.get("drift"))
+        return bool(self._published[0]["drift"])
 
     # -- one pass ------------------------------------------------------------------------------
     def sync_once(self, ruleset: RuleSet) -> bool:
@@ -335,7 +342,7 @@ class RegistrationSync:
                 if self._metrics is not None:
                     self._metrics.registration_failures.labels(name).inc()
             self._report(kind, name, state)
-        self._status = self._snapshot()
+        self._published = self._snapshot()
         return ok
 
     def _sync_configuration(self, kind: str, name: str, ruleset: RuleSet, state: _Configuration) -> None:
@@ -427,27 +434,28 @@ class RegistrationSync:
             else:
                 log.info("the live webhook registration sends what the rules need", extra={"webhook": entry.webhook})
 
-    def _snapshot(self) -> dict[str, Any]:
+    def _snapshot(self) -> tuple[dict[str, Any], dict[str, float | None]]:
         configurations: dict[str, Any] = {}
+        checked: dict[str, float | None] = {}
         drift = False
-        now = time.monotonic()
         for kind, name in self._names.items():
             state = self._configurations[kind]
             entries = state.plan.entries if state.plan is not None else ()
             drift = drift or any(e.drift for e in entries)
             configurations[name] = {
                 "found": state.found,
-                "lastCheckAgeSeconds": None if state.checked is None else round(now - state.checked, 1),
                 "error": state.error or None,
                 "webhooks": {e.webhook: e.detail() for e in entries},
             }
-        return {
+            checked[name] = state.checked
+        detail = {
             "managed": self.manage,
             "intervalSeconds": self.interval,
             "generation": self._generation,
             "drift": drift,
             "configurations": configurations,
         }
+        return detail, checked
 
     # -- life cycle ----------------------------------------------------------------------------
     def start(self) -> None:

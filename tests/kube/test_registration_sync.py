@@ -166,6 +166,8 @@ def test_report_only_never_writes(api: FakeApi, running: Callable[..., Registrat
     assert api.puts == [] and sync.writes == 0
     missing = sync.status()["configurations"]["gpu-webhook-validating"]["webhooks"][VALIDATE.name]["missing"]
     assert missing == ["batch/v1 jobs CREATE,UPDATE"]
+    age = sync.status()["configurations"]["gpu-webhook-validating"]["lastCheckAgeSeconds"]
+    assert 0 <= age < 1  # read every 0.1 s here
 
 
 def test_a_configuration_installed_later_gets_the_exact_fields(
