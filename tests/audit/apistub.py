@@ -42,6 +42,7 @@ class ApiStub:
         self.collections: dict[str, list[dict[str, Any]]] = {"v1/namespaces": []}
         self.reports: dict[tuple[str, str, str], dict[str, Any]] = {}  # (plural, namespace, name) -> object
         self.requests: list[str] = []  # "GET /path?query" in order, for assertions
+        self.forbidden: set[str] = set()  # "group/version/plural" the caller may not list (RBAC): 403
         self.port = 0
         self._version = 100
 
@@ -49,11 +50,11 @@ class ApiStub:
     def add_namespace(self, name: str, labels: dict[str, str] | None = None) -> None:
         self.collections["v1/namespaces"].append({"metadata": {"name": name, "labels": labels or {}}})
 
-    def add(self, obj: dict[str, Any]) -> None:
-        """Store an object as the API would list it: apiVersion and kind stripped."""
+    def add(self, obj: dict[str, Any], plural: str | None = None) -> None:
+        """Store an object as the API would list it: apiVersion and kind stripped (plural: kind + s)."""
         obj = json.loads(json.dumps(obj))
         api_version, kind = obj.pop("apiVersion"), obj.pop("kind")
-        plural = kind.lower() + "s"
+        plural = plural or kind.lower() + "s"
         self.collections.setdefault(f"{api_version}/{plural}", []).append(obj)
 
     def serve(self, api_version: str, plural: str) -> None:
@@ -85,6 +86,8 @@ class ApiStub:
                     return web.json_response({"apiVersion": "v1", "kind": "Namespace", **item})
             return _status(404, "NotFound", f'namespaces "{rest[1]}" not found')
         key = f"{group_version}/{rest[0]}"
+        if key in self.forbidden:
+            return _status(403, "Forbidden", f"{rest[0]} is forbidden: User cannot list resource {rest[0]!r}")
         if len(rest) != 1 or key not in self.collections or request.method != "GET":
             return _status(404, "NotFound", "the server could not find the requested resource")
         items = [

@@ -10,7 +10,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from tests.deploy.conftest import MANIFESTS, by_kind, one
-from webhook.audit.cluster import RESOURCES
+from webhook.audit.cluster import CONTEXT_RESOURCES, RESOURCES
 from webhook.certs import (
     CA_FILE,
     CERT_FILE,
@@ -117,7 +117,9 @@ def test_the_audit_cronjob_runs_the_cluster_audit_with_just_the_access_it_needs(
         for verb in rule["verbs"]
     }
     needed = {(r.group, r.plural, "list") for r in RESOURCES}
-    needed |= {("", "namespaces", "get"), ("", "namespaces", "list")}
+    # the cluster context, as the server reads it: namespaces, PriorityClasses, DRA claims and templates
+    needed |= {(group, plural, "list") for group, plural in CONTEXT_RESOURCES}
+    needed |= {("", "namespaces", "get")}  # audit --cluster -n NAME
     needed |= {
         ("wgpolicyk8s.io", p, v) for p in ("policyreports", "clusterpolicyreports") for v in ("get", "create", "update")
     }

@@ -1,5 +1,9 @@
 """Read workloads from a live cluster, page by page, as raw JSON; and write PolicyReports back.
 
+The cluster context (Namespaces, PriorityClasses, DRA claims and templates) is the server's own
+(webhook.kube.ClusterContext), listed once at the start instead of watched (`read_context`): the
+audit fills each object's input with the server's `fill`, so both judge a stored object alike.
+
 The kubernetes client's generated models are skipped on purpose: deserialising a 100k-pod
 list into model objects costs far more than evaluating them. Requests go through the
 client's ApiClient (so kubeconfig, contexts, exec plugins and in-cluster config all work)
@@ -19,6 +23,7 @@ from kubernetes import client as kube_client
 
 from webhook.engine.workloads import KINDS, WORKLOAD_KINDS
 from webhook.kube import rest
+from webhook.kube.caches import CONTEXT_RESOURCES, ClusterContext  # noqa: F401 - the context's RBAC, for tests
 from webhook.kube.connect import ClusterError, connect  # noqa: F401 - re-exported for the audit command
 
 from .sources import Item
@@ -33,6 +38,8 @@ class Resource:
 
 
 # Every kind the rules look at, from the one table of workload kinds (webhook/engine/workloads.py).
+# ResourceClaims and ResourceClaimTemplates are both: audited here (dra-claim-limits,
+# dra-device-classes-allowed) and the context a DRA pod is judged with (read_context).
 RESOURCES: tuple[Resource, ...] = tuple(Resource(k.group, k.versions, k.plural, k.kind) for k in KINDS)
 
 
@@ -83,23 +90,16 @@ def _collection(resource: Resource, version: str, namespace: str | None) -> str:
     return f"{base}{scope}/{resource.plural}"
 
 
-def read_namespaces(api: Api, namespace: str | None = None, limit: int = 500) -> dict[str, dict[str, Any]]:
-    """The live Namespace objects, for `namespaceObject` (only one when the audit is scoped to it)."""
-    if namespace:
-        status, body = api.request("GET", f"/api/v1/namespaces/{quote(namespace, safe='')}")
-        if status == 404:
-            raise ClusterError(f"namespace {namespace} not found")
-        if status != 200:
-            raise ClusterError(f"GET namespace {namespace}: HTTP {status}: {_reason(body)}")
-        return {namespace: _typed(body, "v1", "Namespace")}
-    found: dict[str, dict[str, Any]] = {}
-    for page in api.pages("/api/v1/namespaces", limit):
-        for item in page.get("items") or []:
-            # keep what rules can read (labels, annotations, name); drop status and managedFields
-            metadata = item.get("metadata") or {}
-            slim = {k: metadata[k] for k in ("name", "uid", "labels", "annotations") if k in metadata}
-            found[slim.get("name", "")] = {"apiVersion": "v1", "kind": "Namespace", "metadata": slim}
-    return found
+def read_context(
+    api: Api, namespace: str | None = None, limit: int = 500, note: Callable[[str, int], None] | None = None
+) -> ClusterContext:
+    """The cluster context the server's watches hold, listed once (page by page): what the audit fills inputs from.
+
+    Scoped to one namespace, only that Namespace and its DRA objects are read (PriorityClasses are
+    cluster-wide). Resources the cluster does not serve or the caller may not list stay unknown, as
+    in the server; `note(message, HTTP status)` names each. ClusterError when the Namespaces cannot be read.
+    """
+    return ClusterContext(api.client).load(namespace, limit, note)
 
 
 def _typed(item: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:
@@ -110,9 +110,14 @@ def _typed(item: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:
 
 
 def owned_by_workload(obj: Mapping[str, Any]) -> bool:
-    """Made by a controller whose own template is audited (a Deployment's ReplicaSet, a Job's Pod)."""
+    """Made by a controller whose own template is audited (a Deployment's ReplicaSet, a Job's Pod).
+
+    A pod's ResourceClaim made from a ResourceClaimTemplate by the resourceclaim controller (owned
+    by the Pod, its spec the template's) counts too: the template is audited.
+    """
+    claim = obj.get("kind") == "ResourceClaim"
     for owner in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if owner.get("controller") and owner.get("kind") in WORKLOAD_KINDS:
+        if owner.get("controller") and (owner.get("kind") in WORKLOAD_KINDS or (claim and owner.get("kind") == "Pod")):
             return True
     return False
 

@@ -5,6 +5,10 @@ namespace of a namespaced object that has none, and the apiserver writes it into
 before admission; `helm template` output has no namespaces at all. Audit and explain both go
 through `NamespaceContext.admission`, so they see the same namespace and the same Namespace
 object for the same input, and `AdmissionInput.offline` (the engine's) fills the rest.
+
+`audit --cluster` gives it the server's own cluster context (webhook.kube.ClusterContext, listed
+once instead of watched): the Namespace objects, PriorityClasses and DRA claims and templates then
+come from the cluster through the server's `get` and `fill`, not from the audited objects.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import copy
 import io
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -53,11 +57,22 @@ CLUSTER_SCOPED = frozenset(
 _CLUSTER_CONTEXT_KINDS = frozenset({"PriorityClass", "ResourceClaim", "ResourceClaimTemplate"})
 
 
+class ClusterSource(Protocol):
+    """What the server reads its context through (webhook.kube.ClusterContext): no I/O in either."""
+
+    def get(self, name: str) -> dict[str, Any] | None: ...
+
+    def fill(self, admission: AdmissionInput) -> None: ...
+
+
 class NamespaceContext:
     """Namespace objects by name, and the namespace given to objects that carry none."""
 
     def __init__(
-        self, namespaces: Mapping[str, Mapping[str, Any]] | None = None, default_namespace: str | None = None
+        self,
+        namespaces: Mapping[str, Mapping[str, Any]] | None = None,
+        default_namespace: str | None = None,
+        cluster: ClusterSource | None = None,
     ) -> None:
         self.namespaces: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (namespaces or {}).items()}
         self.default_namespace = default_namespace or DEFAULT_NAMESPACE
@@ -65,11 +80,14 @@ class NamespaceContext:
         # PriorityClasses and DRA claims/templates met so far (i11-engine): the cluster context the
         # server's watches would give (priorityClasses, deviceClaims); they are audited as well
         self.cluster_objects: list[Mapping[str, Any]] = []
+        # a live cluster's context (audit --cluster): Namespaces and the rest come from it alone
+        self.cluster = cluster
 
     def take(self, obj: Mapping[str, Any]) -> bool:
         """Keep a Namespace object met in the input as context (True); anything else is left alone."""
         if obj.get("kind") in _CLUSTER_CONTEXT_KINDS:
-            self.cluster_objects.append(obj)
+            if self.cluster is None:  # a live cluster's claims are in its context already: keep none twice
+                self.cluster_objects.append(obj)
             return False
         if obj.get("kind") != "Namespace" or str(obj.get("apiVersion", "")) != "v1":
             return False
@@ -100,17 +118,23 @@ class NamespaceContext:
     ) -> AdmissionInput:
         """The admission the apiserver would run for `obj` applied with `kubectl apply -n <default>`."""
         namespace = namespace or self.namespace_of(obj if obj is not None else old_object)
+        cluster = self.cluster
         if namespace_object is None and namespace:
-            namespace_object = self.namespaces.get(namespace)
-        return AdmissionInput.offline(
+            namespace_object = self.namespaces.get(namespace) if cluster is None else cluster.get(namespace)
+        if cluster_objects is None and cluster is None:
+            cluster_objects = self.cluster_objects or None
+        admission = AdmissionInput.offline(
             _with_namespace(obj, namespace),
             operation=operation,
             old_object=_with_namespace(old_object, namespace),
             namespace=namespace,
             namespace_object=copy.deepcopy(namespace_object) if namespace_object is not None else None,
             user_info=user_info,
-            cluster_objects=cluster_objects if cluster_objects is not None else (self.cluster_objects or None),
+            cluster_objects=cluster_objects,
         )
+        if cluster is not None:
+            cluster.fill(admission)  # the server's own fill: PriorityClasses, the namespace's DRA objects
+        return admission
 
 
 def _with_namespace(obj: dict[str, Any] | None, namespace: str | None) -> dict[str, Any] | None:

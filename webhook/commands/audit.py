@@ -123,8 +123,7 @@ def run(args: argparse.Namespace) -> int:
     with _progress() as progress:
         try:
             if args.cluster:
-                items, namespaces = _cluster_items(api, args, progress)
-                context = NamespaceContext(namespaces)
+                items, context = _cluster_items(api, args, progress)
             else:
                 # Namespace objects anywhere in the files count, wherever they sort; on stdin they
                 # count from where they appear (kubectl, helm and kustomize output puts them first)
@@ -198,10 +197,15 @@ def _cluster_error() -> type[Exception]:
     return ClusterError
 
 
-def _cluster_items(api: Any, args: argparse.Namespace, progress: _Progress) -> tuple[Iterator[Item], dict]:
+def _cluster_items(api: Any, args: argparse.Namespace, progress: _Progress) -> tuple[Iterator[Item], NamespaceContext]:
+    """The cluster's workloads, and the context the server would judge them with (its own, listed once)."""
     from webhook.audit import cluster
 
-    namespaces = cluster.read_namespaces(api, args.namespace, limit=args.page_size)
+    def unavailable(message: str, status: int) -> None:
+        # not served (404: an older cluster) is quiet, as for workload kinds; forbidden changes results
+        (progress.note if status == 404 else warn)(message)
+
+    context = cluster.read_context(api, args.namespace, limit=args.page_size, note=unavailable)
     items = cluster.read_workloads(
         api,
         namespace=args.namespace,
@@ -210,7 +214,7 @@ def _cluster_items(api: Any, args: argparse.Namespace, progress: _Progress) -> t
         progress=progress.page,
         skipped=lambda kind: progress.note(f"{kind}: not served by this cluster, skipped"),
     )
-    return items, namespaces
+    return items, NamespaceContext(cluster=context)
 
 
 def _apply(api: Any, report: Any) -> None:

@@ -6,18 +6,24 @@
   spec.resourceClaims refer to, so the engine knows whether they are GPUs.
 
 `ClusterContext` is what the server holds: it answers the namespace questions itself and fills
-the rest into the engine's AdmissionInput with dict reads only.
+the rest into the engine's AdmissionInput with dict reads only. A one-shot door (`audit --cluster`)
+holds the same ClusterContext, listed once (`load`) instead of watched, and fills its inputs with
+the same `fill`: the server and the audit cannot see different clusters.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
 
 from webhook.engine.model import AdmissionInput, priority_class_table
 
+from .connect import ClusterError
 from .watchcache import WatchCache
 
 log = logging.getLogger(__name__)
@@ -27,6 +33,7 @@ class NamespaceCache(WatchCache):
     """Namespaces by name; `lookup` GETs one that the watch has not (yet) delivered."""
 
     kind = "namespace"
+    resource = ("", "namespaces")
 
     def __init__(self, api_client: ApiClient, **options: Any) -> None:
         super().__init__(api_client, "/api/v1/namespaces", item="/api/v1/namespaces/{name}", **options)
@@ -43,6 +50,7 @@ class PriorityClassCache(WatchCache):
     """PriorityClasses, with the engine's table of them rebuilt only when one changed."""
 
     kind = "priorityclass"
+    resource = ("scheduling.k8s.io", "priorityclasses")
 
     def __init__(self, api_client: ApiClient, **options: Any) -> None:
         super().__init__(api_client, "/apis/scheduling.k8s.io/v1/priorityclasses", **options)
@@ -61,27 +69,44 @@ class PriorityClassCache(WatchCache):
         return self._table
 
 
+_DRA = "/apis/resource.k8s.io/v1"
+
+
 def _resource_paths(plural: str) -> tuple[str, str]:
     """resource.k8s.io/v1 (GA in 1.34): the collection across namespaces, and one object."""
-    group = "/apis/resource.k8s.io/v1"
-    return f"{group}/{plural}", f"{group}/namespaces/{{namespace}}/{plural}/{{name}}"
+    return f"{_DRA}/{plural}", f"{_DRA}/namespaces/{{namespace}}/{plural}/{{name}}"
 
 
-class ClaimTemplateCache(WatchCache):
-    kind = "resourceclaimtemplate"
+class _DraCache(WatchCache):
+    """ResourceClaims or ResourceClaimTemplates of every namespace (or of one: `in_one`)."""
+
+    resource = ("resource.k8s.io", "")
 
     def __init__(self, api_client: ApiClient, **options: Any) -> None:
-        collection, item = _resource_paths("resourceclaimtemplates")
+        collection, item = _resource_paths(self.resource[1])
         super().__init__(api_client, collection, item=item, **options)
 
+    def in_one(self, namespace: str) -> str:
+        """The collection of one namespace (a one-shot door scoped to it)."""
+        return f"{_DRA}/namespaces/{quote(namespace, safe='')}/{self.resource[1]}"
 
-class ClaimCache(WatchCache):
+
+class ClaimTemplateCache(_DraCache):
+    kind = "resourceclaimtemplate"
+    resource = ("resource.k8s.io", "resourceclaimtemplates")
+
+
+class ClaimCache(_DraCache):
     kind = "resourceclaim"
+    resource = ("resource.k8s.io", "resourceclaims")
     keep_status = False  # one claim per DRA pod: keep the spec, not the allocation
 
-    def __init__(self, api_client: ApiClient, **options: Any) -> None:
-        collection, item = _resource_paths("resourceclaims")
-        super().__init__(api_client, collection, item=item, **options)
+
+# (API group, plural) of what ClusterContext reads: `list` (and `watch` in the server) on each is the
+# RBAC it needs; `get` too on namespaces (a miss, or an audit scoped to one namespace)
+CONTEXT_RESOURCES: tuple[tuple[str, str], ...] = tuple(
+    cache.resource for cache in (NamespaceCache, PriorityClassCache, ClaimCache, ClaimTemplateCache)
+)
 
 
 class ClusterContext:
@@ -129,6 +154,35 @@ class ClusterContext:
     def detail(self) -> dict[str, Any]:
         return {cache.kind: cache.status() for cache in self.caches}
 
+    # -- a one-shot door: `audit --cluster` -------------------------------------------------------
+    def load(
+        self, namespace: str | None = None, limit: int | None = None, note: Callable[[str, int], None] | None = None
+    ) -> ClusterContext:
+        """List every cache once instead of watching it: the context of a door that decides a snapshot.
+
+        The maps are the ones the watches' first lists make (same paths, same trimming), so `get` and
+        `fill` give the engine what the server's watches give it. With `namespace`, only that
+        Namespace (one GET) and that namespace's DRA objects are read; PriorityClasses are
+        cluster-wide. Namespaces are required (ClusterError). The other caches are optional as in the
+        server: one the cluster does not serve (404: no resource.k8s.io/v1 before 1.34) or the
+        caller may not list (403) stays unknown to the rules, and `note(message, status)` says so.
+        """
+        if namespace:
+            if _attempt(self.namespaces, self.namespaces.read_once, namespace) is None:
+                raise ClusterError(f"namespace {namespace} not found")
+        else:
+            _attempt(self.namespaces, self.namespaces.list_once, None, limit)
+        for cache in (self.priority_classes, self.claims, self.templates):
+            if cache is None:
+                continue
+            scoped = cache.in_one(namespace) if namespace and isinstance(cache, _DraCache) else None
+            try:
+                _attempt(cache, cache.list_once, scoped, limit, optional=True)
+            except _Unavailable as error:
+                if note is not None:
+                    note(f"{_plural(cache)}: {error}; rules that read them see them as unknown", error.status)
+        return self
+
     # -- the engine's input ------------------------------------------------------------------------
     def fill(self, admission: AdmissionInput) -> None:
         """PriorityClasses and the namespace's DRA objects into the input: dict reads, no I/O."""
@@ -160,3 +214,31 @@ class ClusterContext:
             elif isinstance(entry.get("resourceClaimName"), str):
                 await self.claims.lookup(entry["resourceClaimName"], admission.namespace)
         self.fill(admission)
+
+
+class _Unavailable(Exception):
+    """An optional resource the cluster does not serve (404) or the caller may not list (403)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _plural(cache: WatchCache) -> str:
+    group, plural = getattr(cache, "resource", ("", cache.kind))
+    return f"{plural}.{group}" if group else plural
+
+
+def _attempt(cache: WatchCache, call: Callable[..., Any], *args: Any, optional: bool = False) -> Any:
+    """`call(*args)`, its failures as ClusterError (or _Unavailable for an optional cache's 403 and 404)."""
+    try:
+        return call(*args)
+    except ApiException as error:
+        reason = f"HTTP {error.status} {error.reason}"
+        if optional and error.status in (403, 404):
+            raise _Unavailable("not served by this cluster" if error.status == 404 else reason, error.status) from None
+        raise ClusterError(f"listing {_plural(cache)}: {reason}") from None
+    except ClusterError:
+        raise
+    except Exception as error:  # urllib3: connection refused, timeouts; name the server's answer, not the stack
+        raise ClusterError(f"listing {_plural(cache)}: {type(error).__name__}: {error}") from None

@@ -238,19 +238,55 @@ class WatchCache:
                 break
             delay = min(delay * 2, self._backoff_max)
 
-    def _list(self) -> None:
-        response = rest.get(self._api, self._collection, timeout=(5, 30))
-        body = orjson.loads(response.data)
+    def _list(self, collection: str | None = None, limit: int | None = None) -> None:
+        """List the collection (in pages of `limit` when given) and replace the whole map with it.
+
+        Every page of a list is served from the same snapshot, so the last page's resourceVersion
+        is the list's: the watch resumes from it. An expired `continue` token is a 410 (list again).
+        """
         items: dict[str, dict[str, dict[str, Any]]] = {}
-        for item in body.get("items") or []:
-            obj = _trim(item, self.keep_status)
-            metadata = obj["metadata"]
-            items.setdefault(metadata.get("namespace") or "", {})[metadata["name"]] = obj
+        continue_from = ""
+        while True:
+            query: rest.Query = [("limit", limit)] if limit else []
+            if continue_from:
+                query.append(("continue", continue_from))
+            response = rest.get(self._api, collection or self._collection, query, timeout=(5, 30))
+            body = orjson.loads(response.data)
+            for item in body.get("items") or []:
+                obj = _trim(item, self.keep_status)
+                metadata = obj["metadata"]
+                items.setdefault(metadata.get("namespace") or "", {})[metadata["name"]] = obj
+            version = body["metadata"]["resourceVersion"]
+            continue_from = body["metadata"].get("continue") or ""
+            if not continue_from:
+                break
         self._items = items
-        self._resource_version = body["metadata"]["resourceVersion"]
+        self._resource_version = version
         self._last_seen = time.monotonic()
         self._synced.set()
         self._notify("SYNCED", "")
+
+    # -- a one-shot door (audit --cluster): the same map, filled once, no thread -----------------------
+    def list_once(self, collection: str | None = None, limit: int | None = None) -> None:
+        """List once, without watching: the map, the trimming and `synced` as the watch's first list gives.
+
+        `collection` narrows the list (one namespace's claims); `limit` reads it in pages. Raises the
+        kubernetes client's ApiException on any status but 2xx (urllib3's errors on the network).
+        """
+        self._list(collection, limit)
+
+    def read_once(self, name: str, namespace: str = "") -> dict[str, Any] | None:
+        """GET one object into the map (a one-shot door scoped to it), as `lookup` does on a miss; None on 404."""
+        try:
+            obj = self._read(name, namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        self._items.setdefault(namespace, {})[name] = obj
+        self._last_seen = time.monotonic()
+        self._synced.set()
+        return obj
 
     def _watch(self) -> None:
         query = [
