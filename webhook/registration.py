@@ -9,9 +9,10 @@ one kind table (webhook/engine/workloads.py KINDS) and the kinds rules declare t
   containers through it, KEP-277); never a kind the webhook does not mutate in a mutating entry.
 - `matchConditions` may only skip a request that no rule of the entry could act on:
   * `rule-inputs-changed` skips an UPDATE that leaves every field the entry's rules read or write
-    as it was (a finalizer removed, a status-like annotation) — so that an object whose finalizer
-    must go is not held by a webhook outage. Labels are among those fields as soon as a rule reads
-    or sets them: `kubectl label --overwrite` is an UPDATE the rules must see.
+    as it was (a finalizer removed, an annotation no rule reads), on which the engine does not act
+    either (it ratchets UPDATEs per rule: webhook/engine/inputs.py) — so that an object whose
+    finalizer must go is not held by a webhook outage. Labels are among those fields as soon as a
+    rule reads or sets them: `kubectl label --overwrite` is an UPDATE the rules must see.
   * `requests-accelerators` skips objects without accelerators, and only in an entry whose every
     rule is `gpu: true` (the mutating entry outside tenant namespaces, with the shipped pack).
 
@@ -30,10 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from webhook.engine import Phase, Rule, RuleSet
-from webhook.engine.facts import rule_expressions
+from webhook.engine.inputs import top_level
 from webhook.engine.loader import compile_documents
 from webhook.engine.model import KindApi
-from webhook.engine.mutate import MUTATIONS
 from webhook.engine.resources import Accelerators
 from webhook.engine.schema import TEST_KIND
 from webhook.engine.workloads import BY_KIND, KINDS, WORKLOAD_KINDS, WorkloadKind
@@ -192,37 +192,14 @@ def _group_order(item: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], 
 
 
 def watched_fields(rules: Iterable[Rule]) -> list[tuple[str, ...]] | None:
-    """The object's fields whose change on UPDATE the rules can act on; None when that is anything."""
+    """The object's fields whose change on UPDATE the rules act on (engine/inputs.py, at the depth the
+    condition compares them); None when any change may matter."""
     fields: set[tuple[str, ...]] = {("spec",)}  # pod specs, templates (their metadata too), `gpu:`
     for rule in rules:
-        if rule.match.object_selector is not None:
-            fields.add(("metadata", "labels"))
-        for mutation in rule.mutations:
-            for touched in MUTATIONS[mutation.name].touches:
-                if touched == "*":
-                    return None
-                fields.add(tuple(touched.split(".")))
-        for expression in rule_expressions(rule):
-            for root in ("object", "oldObject"):
-                for path in expression.paths.get(root, ()):
-                    field = _field_of(path)
-                    if field is None:
-                        return None
-                    if field:
-                        fields.add(field)
+        if not rule.ratcheting or rule.inputs is None:
+            return None  # it re-checks every UPDATE, or reads the whole object
+        fields |= top_level(rule.inputs)
     return sorted(fields)
-
-
-def _field_of(path: tuple[str, ...]) -> tuple[str, ...] | None:
-    """The watched field for a read path: () for fields an UPDATE cannot change, None for the whole object."""
-    if not path or path == ("metadata",):
-        return None
-    if path[0] in ("apiVersion", "kind"):
-        return ()
-    if path[0] == "metadata":
-        # name, namespace, uid and generateName do not change on UPDATE
-        return () if path[1] in ("name", "namespace", "uid", "generateName") else path[:2]
-    return path[:1]
 
 
 def inputs_changed(fields: Sequence[tuple[str, ...]]) -> str:

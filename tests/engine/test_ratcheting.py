@@ -134,3 +134,70 @@ async def test_kubectl_debug_reaches_the_rules_through_the_server(cert_dir: Path
             assert (await live.review("validate", review))["response"]["allowed"] is True
     finally:
         await server.stop()
+
+
+# -- patches ratchet too: a rule acts on UPDATE only when the update changed what it reads or writes --
+
+
+def started_job() -> dict[str, Any]:
+    """A GPU Job stored before the pack (no toleration, no labels), running: its template is immutable."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train", "namespace": "team-a", "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+        "spec": {"suspend": False, "template": {"spec": gpu_pod()["spec"]}},
+    }
+
+
+def test_kueue_suspending_a_started_job_gets_no_patch_into_its_immutable_template(pack: RuleSet) -> None:
+    """Kueue preempts by setting spec.suspend (kueue pkg/controller/jobframework); a patch into a started
+    Job's template would make the apiserver refuse the update ("field is immutable")."""
+    old = started_job()
+    new = copy.deepcopy(old)
+    new["spec"]["suspend"] = True
+    update = AdmissionInput.offline(new, operation="UPDATE", old_object=old, namespace_object=TENANT)
+    decision = evaluate(pack, update)
+    assert decision.allowed, decision.denial_message
+    assert not [op for op in decision.patch if op["path"].startswith("/spec/template")], decision.patch
+    # the same Job at CREATE is patched: the ratchet spares the update, not the object
+    created = evaluate(pack, AdmissionInput.offline(old, namespace_object=TENANT))
+    assert [op for op in created.patch if op["path"].startswith("/spec/template")]
+
+
+def test_a_relabel_is_an_input_of_the_rules_that_read_labels(pack: RuleSet) -> None:
+    namespace = copy.deepcopy(TENANT)
+    namespace["metadata"]["labels"].update({"team": "llm", "cost-center": "cc-1"})
+    old = gpu_pod()
+    old["metadata"].update(namespace="team-a", labels={"team": "llm", "cost-center": "cc-1"})
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"]["team"] = "search"  # kubectl label pod ... team=search --overwrite
+    decision = evaluate(
+        pack, AdmissionInput.offline(new, operation="UPDATE", old_object=old, namespace_object=namespace)
+    )
+    assert {"op": "replace", "path": "/metadata/labels/team", "value": "llm"} in decision.patch
+    untouched = evaluate(
+        pack, AdmissionInput.offline(old, operation="UPDATE", old_object=old, namespace_object=namespace)
+    )
+    assert untouched.patch == []
+    assert {t.reason for t in untouched.trace if t.rule == "gpu-cost-labels"} == {
+        "the UPDATE changed nothing it reads or writes (ratcheting)"
+    }
+
+
+def test_a_rule_without_ratcheting_acts_on_every_update(tmp_path: Path) -> None:
+    from tests.support import load_rule_text
+
+    rule = """apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: label-everything}
+spec:
+  ratcheting: false
+  match: {kinds: [Pod]}
+  mutate: [{setLabels: {values: {managed: "yes"}}}]
+"""
+    ruleset = load_rule_text(tmp_path, rule)
+    pod = gpu_pod()
+    decision = evaluate(ruleset, AdmissionInput.offline(pod, operation="UPDATE", old_object=pod))
+    assert decision.patch == [{"op": "add", "path": "/metadata/labels", "value": {"managed": "yes"}}]
+    ratcheted = load_rule_text(tmp_path / "r", rule.replace("  ratcheting: false\n", ""))
+    assert evaluate(ratcheted, AdmissionInput.offline(pod, operation="UPDATE", old_object=pod)).patch == []

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from .facts import Projection, Subject, object_accelerators, projection_for, rule_expressions
+from .inputs import unchanged
 from .limits import Budget
 from .matching import REFUSED_FOR_CONTEXT, after_gate, gate, mismatch
 from .model import (
@@ -45,6 +46,7 @@ __all__ = ["EVALUATED_SUBRESOURCES", "RuleError", "evaluate", "rule_expressions"
 # the apiserver keeps only spec.ephemeralContainers of what is written to it: rules run on it as
 # on any Pod UPDATE, ratcheting keeps the existing containers from re-denying.
 EVALUATED_SUBRESOURCES = frozenset({"", "ephemeralcontainers"})
+INPUTS_UNCHANGED = "the UPDATE changed nothing it reads or writes (ratcheting)"
 
 
 def evaluate(
@@ -221,8 +223,20 @@ class _Run:
             return None
         if reason == REFUSED_FOR_CONTEXT:
             self._refuse_for_context(rule, target)
+        elif reason is None and self._inputs_unchanged(rule, target):
+            reason = INPUTS_UNCHANGED
         entry = self._entry(rule, target, reason)
         return entry if reason is None else None
+
+    def _inputs_unchanged(self, rule: Rule, target: Target) -> bool:
+        """An UPDATE that changed nothing the rule reads or writes on this target (inputs.py): it does not act."""
+        old = self.admission.old_object
+        return (
+            rule.ratcheting
+            and self.admission.operation == "UPDATE"
+            and isinstance(old, dict)
+            and unchanged(rule.inputs, target, self.subject.working, old)
+        )
 
     def _entry(self, rule: Rule, target: Target, reason: str | None) -> RuleTrace:
         """The trace entry of this rule on this target (the scratch entry when not tracing)."""

@@ -17,6 +17,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from .cel import CelCompileError, CelEnvironment, CompiledExpression
+from .inputs import rule_inputs
 from .model import Action, KindApi, LabelSelector, LoadError, Match, Rule, SourceLocation, Validation
 from .mutate import MUTATIONS, Mutation, build_mutation
 from .resources import DEFAULT_ACCELERATORS, DEFAULT_DEVICE_CLASSES, Accelerators
@@ -336,6 +337,8 @@ def _compile_rule(document: Document, env: CelEnvironment, errors: list[LoadErro
         used.append(validation.message_expression)
     used.extend(e for m in mutations for e in _mutation_expressions(m))
     references = frozenset().union(*(e.references for e in used))
+    touched = [field for mutation in mutations for field in MUTATIONS[mutation.name].touches]
+    inputs = rule_inputs(used, touched, match.object_selector is not None)
     needs_namespace = match.namespace_selector is not None or "namespaceObject" in references
     annotations = data["metadata"].get("annotations") or {}
     return Rule(
@@ -352,6 +355,7 @@ def _compile_rule(document: Document, env: CelEnvironment, errors: list[LoadErro
         on_missing_context=spec.get("onMissingContext", "Allow"),
         needs_namespace=needs_namespace,
         references=references,
+        inputs=inputs,
         source=_location(document, ()),
     )
 

@@ -74,9 +74,10 @@ POLICY_SCHEMA: dict[str, Any] = {
                 "ratcheting": {
                     "type": "boolean",
                     "default": True,
-                    "description": "On UPDATE a Deny rule denies only violations the old object did not "
-                    "already have (as Kubernetes ratchets CRD validation, KEP-4008). false: re-check every "
-                    "UPDATE in full.",
+                    "description": "On UPDATE the rule acts only when the update changed a field it reads or "
+                    "writes, and a Deny rule denies only violations the old object did not already have (as "
+                    "Kubernetes ratchets CRD validation, KEP-4008). false: re-check and re-mutate every UPDATE "
+                    "in full (the webhook registration then sends every UPDATE).",
                 },
                 "match": {
                     "type": "object",
