@@ -14,13 +14,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from webhook.engine.workloads import WORKLOAD_KINDS
+from webhook.engine.workloads import BY_KIND
 
 # Admission answers take tens of microseconds; the apiserver gives up after seconds.
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5)
 OTHER = "other"
-# the kinds a rule can target: the workload table, Pods, and DRA claims (resource.k8s.io)
-KNOWN_KINDS = frozenset(WORKLOAD_KINDS | {"Pod", "ResourceClaim", "ResourceClaimTemplate"})
+# the kinds of the engine's kind table (a label per kind a shipped rule can target)
+KNOWN_KINDS = frozenset(BY_KIND)
 OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
 # Series per labelled metric. The per-request label sets are endpoints (2) x operations (5) x
 # kinds (20) x decisions (4) at most, ~800; real traffic uses a few dozen. Past the cap, new

@@ -132,6 +132,8 @@ class WatchCache:
             "lastEventAgeSeconds": None if age is None else round(age, 1),
             "staleAfterSeconds": self.stale_after,
             "objects": len(self),
+            # the last resourceVersion seen (list, event or bookmark): where the cache stands
+            "resourceVersion": self._resource_version,
         }
 
     def __len__(self) -> int:
