@@ -444,18 +444,20 @@ class EnvTest:
         body: Any = None,
         query: Mapping[str, str] | None = None,
         timeout: float = 30.0,
+        headers: Mapping[str, str] | None = None,
     ) -> Response:
-        """One call to the apiserver as the admin user; HTTP errors are returned, not raised.
+        """One call to the apiserver as the admin user (`headers` may add Impersonate-User); HTTP errors are
+        returned, not raised.
 
         A plain urllib call rather than the kubernetes client: tests need the Warning headers and the
         exact Status of a refusal, which the generated client hides in an exception's text.
         """
         url = self.url + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
         data = json.dumps(body).encode() if body is not None else None
-        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        sent = {"Authorization": f"Bearer {self.token}", "Accept": "application/json", **(headers or {})}
         if data is not None:
-            headers["Content-Type"] = "application/json"
-        call = urllib.request.Request(url, data=data, method=method, headers=headers)
+            sent["Content-Type"] = "application/json"
+        call = urllib.request.Request(url, data=data, method=method, headers=sent)
         try:
             with urllib.request.urlopen(call, timeout=timeout, context=self._ssl) as answer:
                 status, raw, warning_headers = answer.status, answer.read(), answer.headers.get_all("Warning") or []

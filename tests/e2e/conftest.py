@@ -32,8 +32,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.envtest import SKIP_REASON, EnvTest, Response, assets_dir, free_port, log_tail, spawn, terminate
 from tests.support import REPO, RULES
 from webhook.certs import CA_FILE, Bundle, generate_serving, load_ca, write_bundle
+from webhook.engine.workloads import KINDS, WorkloadKind
 
 PROBE_NAMESPACE = "e2e-probe"
+# What clusters that run GPU workloads set: privileged containers allowed (the kubelet's and the
+# GPU Operator's own pods need them; every distribution's default), and the DRA beta versions served
+# beside v1 so that objects written for 1.32-1.33 (resource.k8s.io/v1beta1) are admitted and converted.
+CLUSTER_FLAGS = (
+    "--allow-privileged=true",
+    "--runtime-config=resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true",
+)
 TENANT_LABEL = "gpu-webhook.io/tenant"
 E2E_IMAGE = "registry.example.com/gpu-webhook@sha256:" + "0" * 64
 
@@ -112,7 +120,7 @@ def apiserver() -> Iterator[EnvTest]:
     """A throwaway etcd + kube-apiserver for the whole session (skipped without KUBEBUILDER_ASSETS)."""
     if assets_dir() is None:
         pytest.skip(SKIP_REASON)
-    with EnvTest.start() as env:
+    with EnvTest.start(apiserver_args=CLUSTER_FLAGS) as env:
         yield env
 
 
@@ -228,3 +236,58 @@ def webhooks(apiserver: EnvTest, webhook_server: WebhookServer, manifests: list[
     except TimeoutError as error:
         pytest.fail(f"{error}\n{webhook_server.logs()}\n{apiserver.logs()}")
     return installed
+
+
+def workload_crd(kind: WorkloadKind) -> dict[str, Any]:
+    """A minimal CRD for a kind of the engine's table: its group, versions and plural, any content."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{kind.plural}.{kind.group}"},
+        "spec": {
+            "group": kind.group,
+            "scope": "Namespaced",
+            "names": {
+                "kind": kind.kind,
+                "plural": kind.plural,
+                "singular": kind.kind.lower(),
+                "listKind": f"{kind.kind}List",
+            },
+            "versions": [
+                {
+                    "name": version,
+                    "served": True,
+                    "storage": index == 0,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+                for index, version in enumerate(kind.versions)
+            ],
+        },
+    }
+
+
+BUILT_IN_GROUPS = {"", "apps", "batch", "resource.k8s.io"}
+
+
+@pytest.fixture(scope="session")
+def workload_crds(apiserver: EnvTest) -> list[str]:
+    """A CRD for every kind of the engine's table that Kubernetes does not serve (JobSet, PyTorchJob, RayService,
+    AppWrapper, TrainJob, ...), Established: the job kinds' controllers are not needed to admit their objects."""
+    names = []
+    for kind in KINDS:
+        if kind.group in BUILT_IN_GROUPS:
+            continue
+        body = workload_crd(kind)
+        made = apiserver.create(body)
+        assert made.ok or made.status == 409, f"CRD {body['metadata']['name']}: {made.status} {made.message}"
+        names.append(body["metadata"]["name"])
+    deadline = time.monotonic() + 30
+    for name in names:
+        while True:
+            answer = apiserver.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+            conditions = (answer.body or {}).get("status", {}).get("conditions", [])
+            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+                break
+            assert time.monotonic() < deadline, f"CRD {name} not Established: {conditions}"
+            time.sleep(0.1)
+    return names
