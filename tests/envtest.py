@@ -456,7 +456,7 @@ class EnvTest:
         data = json.dumps(body).encode() if body is not None else None
         sent = {"Authorization": f"Bearer {self.token}", "Accept": "application/json", **(headers or {})}
         if data is not None:
-            sent["Content-Type"] = "application/json"
+            sent.setdefault("Content-Type", "application/json")  # a PATCH names its own type
         call = urllib.request.Request(url, data=data, method=method, headers=sent)
         try:
             with urllib.request.urlopen(call, timeout=timeout, context=self._ssl) as answer:

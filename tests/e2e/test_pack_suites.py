@@ -81,7 +81,7 @@ class Cluster:
         self.manifests = manifests
         self.context: list[tuple[str, dict[str, Any]]] = []  # (path, object) created for the current case
         self.tick = 0
-        for body in [IMPERSONATED_USERS_MAY_WRITE, *runtime_classes()]:
+        for body in [impersonated_users_may_write(), *runtime_classes()]:
             made = self.api.create(body)
             assert made.ok or made.status == 409, made.message
         if self.api.request("GET", "/api/v1/namespaces/" + SYNC).status == 404:
@@ -122,9 +122,16 @@ class Cluster:
         return dict(answer.body)
 
     def cluster_objects(self, objects: list[dict[str, Any]], namespace: str) -> None:
+        """Exactly the case's cluster objects: the PriorityClasses of the cluster (other tests' too, but
+        the built-in system-* and the marker) are the case's alone, as its reference assumes."""
         for path, _ in reversed(self.context):
             self.api.request("DELETE", path, query={"gracePeriodSeconds": "0"})
         self.context = []
+        listed = self.api.request("GET", "/apis/scheduling.k8s.io/v1/priorityclasses")
+        for item in listed.body["items"]:
+            name = item["metadata"]["name"]
+            if not name.startswith("system-") and name != SYNC:
+                self.api.request("DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
         for obj in objects:
             body = copy.deepcopy(obj)
             if body["kind"] != "PriorityClass":
@@ -199,14 +206,19 @@ class Cluster:
         self.api.request("DELETE", self._item_path(obj), query={"gracePeriodSeconds": "0"})
 
 
-# impersonated users (a case's userInfo) may write what they send: the rules, not RBAC, are under test
-IMPERSONATED_USERS_MAY_WRITE = {
-    "apiVersion": "rbac.authorization.k8s.io/v1",
-    "kind": "ClusterRoleBinding",
-    "metadata": {"name": "e2e-impersonated-users"},
-    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}],
-}
+def impersonated_users_may_write() -> dict[str, Any]:
+    """The users the cases impersonate (their userInfo) may write what they send: the rules, not RBAC,
+    are under test. Bound by name: other tests check what real service accounts may do."""
+    users = sorted(
+        {case["userInfo"]["username"] for suite in discover(str(RULES)) for case in suite.cases if case.get("userInfo")}
+    )
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "e2e-impersonated-users"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user} for user in users],
+    }
 
 
 def runtime_classes() -> list[dict[str, Any]]:
