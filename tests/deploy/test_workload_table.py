@@ -169,3 +169,21 @@ def test_the_kustomize_base_is_the_registration_of_the_shipped_pack(pack):
     assert (REPO / "manifests" / "base" / "webhooks.yaml").read_text() == base_yaml(pack), (
         "stale: run `python -m webhook.registration > manifests/base/webhooks.yaml`"
     )
+
+
+def test_the_suites_hold_an_object_of_every_kind_the_pack_targets(pack):
+    """tests/e2e sends every suite case through a real apiserver: a kind without a case is a kind whose
+    registration and verdict nothing checks there."""
+    from tests.support import RULES
+    from webhook.authoring.suite import discover
+    from webhook.registration import targeted
+
+    targets = {api.kind for rule in pack.rules for api in targeted(rule)}
+    cased = {
+        case[key]["kind"]
+        for suite in discover(str(RULES))
+        for case in suite.cases
+        for key in ("object", "oldObject")
+        if case.get(key)
+    }
+    assert targets <= cased, f"no suite case for {sorted(targets - cased)}"

@@ -168,3 +168,27 @@ def test_an_update_no_rule_reads_is_not_sent_and_one_they_read_is(
         "PATCH", path, {"metadata": {"finalizers": None}}, headers={"Content-Type": "application/merge-patch+json"}
     )
     assert removed.ok, removed.message
+
+
+def test_kubectl_debug_cannot_add_a_container_that_sees_every_gpu(apiserver: EnvTest, tenant: str) -> None:
+    """pods/ephemeralcontainers: kubectl debug adds a container to a running pod as an UPDATE of that
+    subresource (KEP-277); the registration sends it and the rules see the whole Pod."""
+    pod = gpu_pod("debugged", tenant)
+    pod["metadata"]["labels"] = {QUEUE_LABEL: "llm-queue"}
+    made = apiserver.create(pod)
+    assert made.ok, made.message
+    stored = made.body
+    stored["spec"]["ephemeralContainers"] = [
+        {
+            "name": "debugger",
+            "image": "busybox",
+            "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
+            "targetContainerName": "main",
+        }
+    ]
+    path = f"{apiserver.resource_path('v1', 'Pod', tenant)}/debugged/ephemeralcontainers"
+    answer = apiserver.request("PUT", path, stored)
+    assert answer.status == 403, f"{answer.status} {answer.message}"
+    assert "[no-device-env-in-tenants]" in answer.message
+    stored["spec"]["ephemeralContainers"][0]["env"] = []
+    assert apiserver.request("PUT", path, stored).ok
