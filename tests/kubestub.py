@@ -1,5 +1,9 @@
 """A stand-in Kubernetes API server on 127.0.0.1: list, watch and get, as the real one answers.
 
+Kept for what a real kube-apiserver cannot do on cue: compact its history, expire or cut watches,
+answer 500, fall silent, hide an object from its watch. A healthy apiserver's behaviour (the
+watch caches fed by a real list and watch) is tested against the real one in tests/e2e.
+
 Namespaces at /api/v1/namespaces, and any other collection a test `put`s objects into
 (PriorityClasses, ResourceClaimTemplates: `COLLECTIONS`); a namespaced collection is listed and
 watched across all namespaces, and one object is read at .../namespaces/NS/<plural>/NAME.

@@ -5,6 +5,10 @@ apiVersion/kind, pages end with `metadata.continue` and `remainingItemCount`, ki
 cluster does not serve are 404 Status objects, a bearer token is required, and
 PolicyReports can be created (409 when present) and replaced (409 on a stale resourceVersion).
 It runs its own event loop in a thread because the kubernetes client is synchronous.
+
+Kept for the fast loop (in process, no apiserver start) and for answers a real apiserver does not
+give on cue (a 403 on one collection, a kind it does not serve); the same audit against a real
+kube-apiserver, the verdicts compared with the running webhook's, is tests/e2e/test_audit_cluster.py.
 """
 
 from __future__ import annotations
