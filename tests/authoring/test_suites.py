@@ -52,8 +52,11 @@ def test_a_changed_rule_fails_with_a_diff(cli, tmp_path):
         "adds the GPU toleration to a GPU pod",
         "appends beside an unrelated toleration",
         "patches the pod template of a Job",
+        "patches a RayCluster's GPU worker group, not its CPU head",
+        "patches each GPU replica of an XGBoostJob (kubeflow.org/v1 xgbReplicaSpecs)",
+        "patches each GPU replica of a PaddleJob (kubeflow.org/v1 paddleReplicaSpecs)",
     }
-    assert out.splitlines()[-1] == f"{pack_cases() - 3} passed, 3 failed"
+    assert out.splitlines()[-1] == f"{pack_cases() - 6} passed, 6 failed"
 
 
 def test_a_rule_that_stops_denying(cli, tmp_path):
