@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.reviews import bodies, namespace, write_generated_rules
-from webhook.admission import build_response, parse_review
-from webhook.cluster_input import Snapshot
-from webhook.decide import DecideConfig, Problem, decide
 from webhook.engine import Mode, Phase, RuleSet, evaluate, load_rules
 from webhook.engine.model import DEFAULT_LIMITS
+from webhook.server.admission import build_response, parse_review
+from webhook.server.context import Snapshot
+from webhook.server.pipeline import DecideConfig, Problem, decide
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_RULES = REPO / "rules"

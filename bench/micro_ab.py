@@ -5,7 +5,7 @@
 Starts one worker process per checkout (this one and `--before`), each importing its own
 `webhook` package and loading its own `rules/`, and hands both the same reviews (made here, by
 bench/apiserver.py, with the tenant Namespace the watch cache would hold). The workers then
-run `webhook.decide.decide()` (parse, context, evaluate, serialise, bookkeeping: what
+run `webhook.server.pipeline.decide()` (parse, context, evaluate, serialise, bookkeeping: what
 `bench.micro.handler_costs` times) in short batches, taking turns, so a neighbour's burst on a
 shared machine hits both alike. Per cell: the best and the median batch (thread CPU µs per
 request) and their ratios; a create is one /mutate plus one /validate.
@@ -32,10 +32,10 @@ BATCH = 100
 
 def _serve(cases_file: str) -> None:
     """Worker: load this process's rules, then time BATCH decide() calls per line read (`workload endpoint`)."""
-    from webhook.cluster_input import Snapshot
-    from webhook.decide import DecideConfig, Problem, decide
     from webhook.engine import Mode, Phase, load_rules
     from webhook.engine.model import DEFAULT_LIMITS
+    from webhook.server.context import Snapshot
+    from webhook.server.pipeline import DecideConfig, Problem, decide
 
     ruleset = load_rules(["rules/"]).ruleset
     if ruleset is None:

@@ -20,9 +20,9 @@ PARTS: list[tuple[str, tuple[str, ...]]] = [
     ("engine evaluate", ("evaluate (webhook/engine/evaluate.py",)),
     ("parse (orjson + checks)", ("parse_review (", "admit (bench/noop_server.py")),
     ("serialise", ("build_response (",)),
-    ("metrics", ("webhook/metrics.py", "prometheus_client")),
+    ("metrics", ("webhook/server/metrics.py", "prometheus_client")),
     ("logging", ("logging/__init__.py", "_log_decision")),
-    ("rest of the handler: body read, Response, bookkeeping", ("webhook/server.py", "webhook/admission.py")),
+    ("rest of the handler: body read, Response, bookkeeping", ("webhook/server/app.py", "webhook/server/admission.py")),
     ("TLS", ("ssl.py", "sslproto.py")),
     ("aiohttp (HTTP parsing, routing, response)", ("aiohttp/",)),
 ]

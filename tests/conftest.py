@@ -15,7 +15,7 @@ import pytest
 import webhook.authoring.lint
 import webhook.authoring.suite
 import webhook.commands.common
-import webhook.reload
+import webhook.server.reload
 from tests.support import RULES, LiveServer, client_ssl, start_server
 from webhook.certs import generate_bundle, write_bundle
 from webhook.engine import LoadResult, RuleSet, load_rules, rule_files
@@ -65,7 +65,7 @@ def pack() -> RuleSet:
 @pytest.fixture(scope="session", autouse=True)
 def doors_load_each_pack_once() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
-        for door in (webhook.commands.common, webhook.authoring.suite, webhook.authoring.lint, webhook.reload):
+        for door in (webhook.commands.common, webhook.authoring.suite, webhook.authoring.lint, webhook.server.reload):
             patch.setattr(door, "load_rules", load_rules_once)
         yield
 

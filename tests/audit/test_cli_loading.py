@@ -54,7 +54,7 @@ def test_audit_does_not_import_the_server_or_the_exporter() -> None:
         "    cli.main(['audit', '--help'])\n"
         "except SystemExit:\n"
         "    pass\n"
-        "loaded = [m for m in ('webhook.server', 'aiohttp', 'webhook.export', 'cryptography', 'importlib.metadata')\n"
+        "loaded = [m for m in ('webhook.server.app', 'aiohttp', 'webhook.export', 'cryptography', 'importlib.metadata')\n"
         "          if m in sys.modules]\n"
         "print(','.join(loaded), file=sys.stderr)\n"
     )

@@ -19,12 +19,12 @@ from kubernetes import client
 from tests.audit.apistub import ApiStub
 from tests.audit.conftest import PACK_RULES
 from tests.kubestub import CLAIM_TEMPLATES, PRIORITY_CLASSES, KubeStub
-from webhook.admission import parse_review
 from webhook.audit.cluster import Api, read_context
 from webhook.audit.context import NamespaceContext
-from webhook.cluster_input import admission_input
 from webhook.engine import Phase, evaluate, load_rules
 from webhook.kube import ClusterContext
+from webhook.server.admission import parse_review
+from webhook.server.context import admission_input
 
 TENANT = "team-llm"
 DEFAULT_CLASS = "cluster-default"

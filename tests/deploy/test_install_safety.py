@@ -24,7 +24,7 @@ from webhook.certs import (
 from webhook.cli import build_parser
 from webhook.commands.common import UsageError
 from webhook.commands.manifests import render
-from webhook.kustomize import build
+from webhook.install.kustomize import build
 
 WEBHOOKS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 

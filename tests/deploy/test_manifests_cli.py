@@ -13,7 +13,7 @@ from tests.support import RULES
 from webhook.cli import main
 from webhook.engine import RuleSet, rule_files
 from webhook.engine.yamlsource import plain_documents
-from webhook.kustomize import build
+from webhook.install.kustomize import build
 
 IMAGE = "reg.example/gpu-webhook@sha256:0123"
 WEBHOOKS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")

@@ -7,7 +7,7 @@ import re
 import yaml
 
 from tests.support import REPO
-from webhook.metrics import Metrics
+from webhook.server.metrics import Metrics
 
 DOC = REPO / "docs" / "operations.md"
 

@@ -1,4 +1,4 @@
-"""The registration derived from rules (webhook/registration.py): what each rule makes the apiserver send.
+"""The registration derived from rules (webhook/install/registration.py): what each rule makes the apiserver send.
 
 The pack's registration is checked in test_workload_table.py and, against a real kube-apiserver, in
 tests/e2e; these tests cover what site rules can say that the pack does not.
@@ -12,7 +12,7 @@ from cel_expr_python import cel
 
 from tests.support import load_rule_text
 from webhook.authoring.lint import lint
-from webhook.registration import (
+from webhook.install.registration import (
     ENTRIES,
     INPUTS_CHANGED,
     REQUESTS_ACCELERATORS,

@@ -17,7 +17,7 @@ from webhook.cli import main
 from webhook.commands.common import UsageError
 from webhook.commands.manifests import render
 from webhook.engine import load_rules
-from webhook.kustomize import KustomizeError, build
+from webhook.install.kustomize import KustomizeError, build
 
 K8S_VERSION = "1.37.0"
 CRD_GROUPS = ("cert-manager.io/",)  # not in the Kubernetes schema; checked by shape below
@@ -126,7 +126,7 @@ def test_cert_manager_variant_injects_instead_of_embedding(rendered: dict) -> No
 
 
 # the server keeps these two, and no other webhook configuration, in step with its rules
-# (webhook/registration_sync.py): by name, GET + PUT only; no list/watch (resourceNames cannot limit them)
+# (webhook/server/registration_sync.py): by name, GET + PUT only; no list/watch (resourceNames cannot limit them)
 REGISTRATION_RULES = [
     {
         "apiGroups": ["admissionregistration.k8s.io"],

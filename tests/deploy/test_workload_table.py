@@ -1,7 +1,7 @@
 """The one table of workload kinds (webhook/engine/workloads.py) against everything built from or checked by it.
 
 The cluster audit's resource list, the autogen kinds and the webhook registration
-(webhook/registration.py: `rules:` and the `requests-accelerators` matchCondition) are built from
+(webhook/install/registration.py: `rules:` and the `requests-accelerators` matchCondition) are built from
 the table; these tests hold each against what the rules and the table say.
 """
 
@@ -117,7 +117,7 @@ def test_every_kind_a_pack_rule_names_is_in_the_table(pack):
 
 def test_the_registration_sends_every_kind_the_rules_target(rendered, pack):
     """Each (group, resource, operation) a pack rule targets is in the rules of an entry of its phase."""
-    from webhook.registration import ENTRIES, entry_rules, sent_apis
+    from webhook.install.registration import ENTRIES, entry_rules, sent_apis
 
     configurations = {o["kind"]: o for o in rendered["enforce"] if o["kind"].endswith("WebhookConfiguration")}
     for entry in ENTRIES:
@@ -162,12 +162,12 @@ def test_the_accelerator_match_condition_knows_every_kind_of_the_table(rendered)
 
 
 def test_the_kustomize_base_is_the_registration_of_the_shipped_pack(pack):
-    """manifests/base/webhooks.yaml is generated (python -m webhook.registration > manifests/base/webhooks.yaml)."""
+    """manifests/base/webhooks.yaml is generated (python -m webhook.install.registration > manifests/base/webhooks.yaml)."""
     from tests.support import REPO
-    from webhook.registration import base_yaml
+    from webhook.install.registration import base_yaml
 
     assert (REPO / "manifests" / "base" / "webhooks.yaml").read_text() == base_yaml(pack), (
-        "stale: run `python -m webhook.registration > manifests/base/webhooks.yaml`"
+        "stale: run `python -m webhook.install.registration > manifests/base/webhooks.yaml`"
     )
 
 
@@ -176,7 +176,7 @@ def test_the_suites_hold_an_object_of_every_kind_the_pack_targets(pack):
     registration and verdict nothing checks there."""
     from tests.support import RULES
     from webhook.authoring.suite import discover
-    from webhook.registration import targeted
+    from webhook.install.registration import targeted
 
     targets = {api.kind for rule in pack.rules for api in targeted(rule)}
     cased = {

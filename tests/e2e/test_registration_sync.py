@@ -1,5 +1,5 @@
 """The server keeps its webhook configurations in step with its rules, on a real kube-apiserver, as its
-ServiceAccount with only the RBAC of manifests/base/rbac.yaml (webhook/registration_sync.py).
+ServiceAccount with only the RBAC of manifests/base/rbac.yaml (webhook/server/registration_sync.py).
 
 The configurations are the ones `gpu-webhook manifests` renders, made stale (a kind missing from a
 rule list, a matchCondition the rules do not derive) and installed with a `url` clientConfig that
@@ -32,10 +32,10 @@ from tests.envtest import EnvTest, free_port, log_tail, spawn, terminate
 from tests.support import REPO, RULES
 from webhook.certs import CA_FILE
 from webhook.engine import RuleSet
+from webhook.install.registration import CONFIGURATION_NAMES, ENTRIES, MUTATING, VALIDATING, entry_fields
 from webhook.kube import rest
-from webhook.metrics import Metrics
-from webhook.registration import CONFIGURATION_NAMES, ENTRIES, MUTATING, VALIDATING, entry_fields
-from webhook.registration_sync import FIELD_MANAGER, RegistrationSync
+from webhook.server.metrics import Metrics
+from webhook.server.registration_sync import FIELD_MANAGER, RegistrationSync
 
 NAMESPACE = ACCOUNT = "gpu-webhook"
 NOBODY = "https://127.0.0.1:9"  # the discard port: nothing answers, and no test makes the apiserver call

@@ -1,6 +1,6 @@
-"""What the registration sync compares and writes (webhook/registration_sync.py), as pure functions.
+"""What the registration sync compares and writes (webhook/server/registration_sync.py), as pure functions.
 
-Live configurations here are what `webhook.registration.configurations` renders, edited the way a
+Live configurations here are what `webhook.install.registration.configurations` renders, edited the way a
 stale or hand-edited one would be; the real apiserver round trip is tests/e2e/test_registration_sync.py.
 """
 
@@ -14,8 +14,16 @@ import pytest
 
 from tests.support import load_rule_text
 from webhook.engine import RuleSet
-from webhook.registration import ENTRIES, INPUTS_CHANGED, MUTATING, VALIDATING, configurations, derive, entry_fields
-from webhook.registration_sync import (
+from webhook.install.registration import (
+    ENTRIES,
+    INPUTS_CHANGED,
+    MUTATING,
+    VALIDATING,
+    configurations,
+    derive,
+    entry_fields,
+)
+from webhook.server.registration_sync import (
     atoms,
     covers,
     entry_drift,

@@ -21,9 +21,9 @@ from tests.support import load_rule_text
 from webhook.cli import build_parser
 from webhook.commands.serve import manages_registration
 from webhook.engine import RuleSet
+from webhook.install.registration import ENTRIES, VALIDATING, configurations, entry_fields
 from webhook.kube import rest
-from webhook.registration import ENTRIES, VALIDATING, configurations, entry_fields
-from webhook.registration_sync import RegistrationSync, in_step
+from webhook.server.registration_sync import RegistrationSync, in_step
 
 (VALIDATE,) = [e for e in ENTRIES if e.configuration == VALIDATING]
 VALIDATING_PATH = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/gpu-webhook-validating"

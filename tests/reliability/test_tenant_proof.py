@@ -28,7 +28,7 @@ from tests.reliability.test_rule_safety import pod_input, ruleset
 from tests.support import LiveServer, client_ssl, free_port, make_review, start_server, wait_ready
 from webhook.engine import evaluate
 from webhook.engine.cel import ITERATION_BUDGET
-from webhook.metrics import Metrics
+from webhook.server.metrics import Metrics
 
 # The server under test in the subprocess tests; GPU_WEBHOOK_SERVE=/path/to/gpu-webhook runs
 # them against another build (how the "before" figures were taken against main).
@@ -430,8 +430,8 @@ def test_a_signal_to_the_evaluation_process_does_not_stop_the_server(cert_dir: P
 async def test_large_requests_are_decided_for_their_own_endpoint(live_server: LiveServer, rules_dir: Path) -> None:
     # was: one evaluation process served both endpoints with the phase of the first large request,
     # so after a large /mutate every large /validate was answered as a mutation (and vice versa)
-    from webhook.admission import parse_review
     from webhook.engine import Phase, load_rules
+    from webhook.server.admission import parse_review
 
     big_pod = pod()
     sidecar = big_pod["spec"]["containers"][0] | {"name": "exporter", "resources": {}}

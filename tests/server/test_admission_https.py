@@ -14,7 +14,7 @@ import pytest
 
 from tests.support import LiveServer, cpu_pod, gpu_pod, make_review
 from webhook.engine import AdmissionInput, Phase, evaluate, load_rules
-from webhook.logs import JsonFormatter
+from webhook.server.logs import JsonFormatter
 
 QUEUE_RULE = """
 apiVersion: gpu-webhook.io/v1alpha1

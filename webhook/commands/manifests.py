@@ -1,7 +1,7 @@
 """`gpu-webhook manifests`: the install manifests as one multi-document YAML stream.
 
 Renders manifests/overlays/<overlay> (plus optional components) with the built-in
-kustomize subset (webhook/kustomize.py), then adds what a static kustomize tree cannot hold:
+kustomize subset (webhook/install/kustomize.py), then adds what a static kustomize tree cannot hold:
   - the ConfigMap `gpu-webhook-rules`, built from --rules after checking that they load
     (a kustomize configMapGenerator cannot read files outside its directory, and a copy of
     rules/ under manifests/ would drift). Its name carries no hash suffix on purpose: the
@@ -41,8 +41,8 @@ from webhook.engine.yamlsource import document_kinds
 from webhook.export import CLAIMS_MODES, CLAIMS_REFUSE, export
 from webhook.export.mixed import webhook_files
 from webhook.export.versions import DEFAULT_VERSION, Release
-from webhook.kustomize import KustomizeError, build, sort_objects
-from webhook.registration import configmap_ruleset, derive
+from webhook.install.kustomize import KustomizeError, build, sort_objects
+from webhook.install.registration import configmap_ruleset, derive
 
 SERVICE, NAMESPACE, RULES_CONFIGMAP, TLS_SECRET = "gpu-webhook", "gpu-webhook", "gpu-webhook-rules", "gpu-webhook-tls"
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")

@@ -12,12 +12,11 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from webhook import logs
 from webhook.certs import CA_FILE, ensure_dev_certificates
 from webhook.commands.common import EXIT_USAGE, UsageError, add_rules, describe_rules, rule_paths
 from webhook.engine import Mode
-from webhook.server import NamespaceSource, RegistrationSource, Server, ServerConfig
-from webhook.workers import run_workers
+from webhook.server import NamespaceSource, RegistrationSource, Server, ServerConfig, logs
+from webhook.server.workers import run_workers
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -157,7 +156,7 @@ def manages_registration(args: argparse.Namespace) -> bool:
 
 
 def _registration(args: argparse.Namespace, api_client: ApiClient, server: Server, writer: bool) -> RegistrationSource:
-    from webhook.registration_sync import RegistrationSync
+    from webhook.server.registration_sync import RegistrationSync
 
     manage = manages_registration(args) and writer
     log.info(

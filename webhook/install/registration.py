@@ -18,7 +18,7 @@ one kind table (webhook/engine/workloads.py KINDS) and the kinds rules declare t
 
 ENTRIES holds the fixed part of each entry (names, namespaces, failure policy); `configurations`
 renders both webhook configurations, and `manifests/base/webhooks.yaml` is its output for the
-shipped pack (`python -m webhook.registration > manifests/base/webhooks.yaml`; a test compares).
+shipped pack (`python -m webhook.install.registration > manifests/base/webhooks.yaml`; a test compares).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ INPUTS_CHANGED, REQUESTS_ACCELERATORS = "rule-inputs-changed", "requests-acceler
 SERVICE, NAMESPACE = "gpu-webhook", "gpu-webhook"
 # an answer takes milliseconds; 5 s only bounds a sick replica (the apiserver's default is 10, max 30)
 TIMEOUT_SECONDS = 5
-CHECKOUT_RULES = Path(__file__).resolve().parents[1] / "rules"
+CHECKOUT_RULES = Path(__file__).resolve().parents[2] / "rules"
 
 
 @dataclass(frozen=True)
@@ -394,8 +394,8 @@ def configurations(ruleset: RuleSet) -> list[dict[str, Any]]:
 
 
 BASE_HEADER = """\
-# Generated from the shipped rule pack by `python -m webhook.registration > manifests/base/webhooks.yaml`
-# (webhook/registration.py says what each field is and why); tests/deploy fails when it is stale.
+# Generated from the shipped rule pack by `python -m webhook.install.registration > manifests/base/webhooks.yaml`
+# (webhook/install/registration.py says what each field is and why); tests/deploy fails when it is stale.
 # `gpu-webhook manifests` derives `rules` and `matchConditions` again from the rules it ships, and the
 # server keeps the live objects in step with the rules it loads.
 #

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from webhook.certs import CERT_FILE, KEY_FILE, certificate_not_after
 from webhook.engine import LoadError, RuleSet, load_rules, rule_files
-from webhook.memory import settle
-from webhook.metrics import Metrics
+from webhook.server.memory import settle
+from webhook.server.metrics import Metrics
 
 log = logging.getLogger("gpu_webhook.reload")
 Fingerprint = tuple[tuple[str, int, int, int], ...]

@@ -5,7 +5,7 @@ claim templates of the namespace. The server reads it from the watch caches
 (webhook.kube.ClusterContext) without I/O in the usual case; a namespace or a claim that the
 watch has not delivered yet is looked up once with a bounded GET, so a namespace created a
 moment ago is not treated as unknown (which would switch tenant rules off). Requests decided in
-the evaluation process (webhook.offload) get the same context as a Snapshot sent with the body.
+the evaluation process (webhook.server.offload) get the same context as a Snapshot sent with the body.
 
 Sources are read through getattr: a source that has only `get(name)` (tests, simple set-ups)
 gives the namespace and nothing else.
@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.admission import ParsedReview
 from webhook.engine import AdmissionInput
+from webhook.server.admission import ParsedReview
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,16 +24,16 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from webhook.certs import CERT_FILE, KEY_FILE
-from webhook.cluster_input import admission_input
-from webhook.connections import GuardedSite, shrink_tls_buffers
-from webhook.decide import DecideConfig, Problem, parse, respond, with_body
 from webhook.engine import Mode, Phase
 from webhook.engine.model import AdmissionInput, Limits
-from webhook.memory import settle, trim_periodically
-from webhook.metrics import Metrics
-from webhook.offload import Offload
-from webhook.recorder import ReviewRecorder
-from webhook.reload import CertificateStore, RuleStore, watch
+from webhook.server.connections import GuardedSite, shrink_tls_buffers
+from webhook.server.context import admission_input
+from webhook.server.memory import settle, trim_periodically
+from webhook.server.metrics import Metrics
+from webhook.server.offload import Offload
+from webhook.server.pipeline import DecideConfig, Problem, parse, respond, with_body
+from webhook.server.recorder import ReviewRecorder
+from webhook.server.reload import CertificateStore, RuleStore, watch
 
 log = logging.getLogger("gpu_webhook.server")
 http_log = logging.getLogger("gpu_webhook.http")  # aiohttp's per-connection errors, see _HttpErrors
@@ -51,7 +51,7 @@ class NamespaceSource(Protocol):
     `lookup` is the one I/O a request may wait for: a namespace the watch has not delivered is
     fetched once (bounded, shared, cached) before deciding. `fill` adds the rest of the cluster
     context (PriorityClasses, DRA claims) to the engine's input from memory. Both are optional:
-    webhook.cluster_input reads them with getattr, so a source with only `get` works.
+    webhook.server.context reads them with getattr, so a source with only `get` works.
     """
 
     @property
@@ -72,7 +72,7 @@ class NamespaceSource(Protocol):
 
 class RegistrationSource(Protocol):
     """Keeps (or only checks) the live webhook configurations against the loaded rules from its own
-    thread (webhook.registration_sync); the server starts and stops it and shows `status()` on /readyz."""
+    thread (webhook.server.registration_sync); the server starts and stops it and shows `status()` on /readyz."""
 
     def status(self) -> dict[str, Any]: ...
 
@@ -102,10 +102,10 @@ class ServerConfig:
     metrics_port: int | None = None
     reuse_port: bool = False
     # Connections on the admission port (handshakes included): ~30 KiB each once the TLS read
-    # buffer is shrunk (webhook.connections), so 4,096 stay within ~120 MiB.
+    # buffer is shrunk (webhook.server.connections), so 4,096 stay within ~120 MiB.
     max_connections: int = 4096
     handshake_timeout: float = 5.0  # a TLS handshake not finished by then is dropped (asyncio: 60 s)
-    # Bodies larger than this are parsed and evaluated in a child process (webhook.offload), so
+    # Bodies larger than this are parsed and evaluated in a child process (webhook.server.offload), so
     # a 3 MiB object (~0.5 s of CPU) does not stall the small ones; below it the answer stays on
     # the event loop (a hop costs more than a 3 KB pod's whole evaluation).
     offload_threshold: int = 64 * 1024
@@ -113,7 +113,7 @@ class ServerConfig:
     # once, reading, queued or evaluating; more get a 429 at once, so a flood of 3 MiB bodies
     # holds at most ~48 MiB of bodies (only the one being evaluated is parsed).
     max_large_requests: int = 16
-    # serve --record-reviews: write received AdmissionReviews here (debugging aid; webhook.recorder)
+    # serve --record-reviews: write received AdmissionReviews here (debugging aid; webhook.server.recorder)
     record_reviews: str | None = None
     record_reviews_max: int = 100
 

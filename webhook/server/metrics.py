@@ -115,7 +115,7 @@ class Metrics:
             ["cache"],
             registry=r,
         )
-        # webhook/registration_sync.py: labels are the two configurations' names and their three entries
+        # webhook/server/registration_sync.py: labels are the two configurations' names and their three entries
         self.registration_drift = Gauge(
             "gpu_webhook_registration_drift",
             "1 when the live webhook entry does not send what the loaded rules need (a resource or operation "

@@ -10,9 +10,9 @@ GIL of its own.
 The child is forked from the server once per rule-set generation, so it inherits the rule
 set as it is in memory (nothing is pickled or reloaded; a reload that failed in the server
 is not retried in the child). It gets the raw body, parses and evaluates it exactly as the
-server would (webhook.decide), and returns the answer's bytes, its labels for the metrics
+server would (webhook.server.pipeline), and returns the answer's bytes, its labels for the metrics
 and the rules to count. With a namespace watch, the child asks for the context it needs by
-namespace name and is sent it (webhook.cluster_input.Snapshot: the Namespace, PriorityClasses,
+namespace name and is sent it (webhook.server.context.Snapshot: the Namespace, PriorityClasses,
 the namespace's DRA claims) in a second call, so the server never parses a large body. The
 request's phase and limits travel with each call: one child serves both endpoints.
 """
@@ -26,11 +26,11 @@ import multiprocessing
 import signal
 from typing import Any
 
-from webhook.admission import ParsedReview
-from webhook.cluster_input import Snapshot, snapshot
-from webhook.decide import DecideConfig, Decided, Problem, decide
 from webhook.engine import AdmissionInput, RuleSet
-from webhook.memory import trim
+from webhook.server.admission import ParsedReview
+from webhook.server.context import Snapshot, snapshot
+from webhook.server.memory import trim
+from webhook.server.pipeline import DecideConfig, Decided, Problem, decide
 
 log = logging.getLogger("gpu_webhook.offload")
 

@@ -22,7 +22,7 @@ import time
 
 from aiohttp import web
 
-from webhook.metrics import Metrics
+from webhook.server.metrics import Metrics
 
 log = logging.getLogger("gpu_webhook.connections")
 # One TLS record is at most 16 KiB of plaintext; asyncio's default (256 KiB per connection,

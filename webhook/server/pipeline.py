@@ -1,7 +1,7 @@
 """One AdmissionReview body in, the answer's bytes out: parse, evaluate, serialise, log.
 
 Plain synchronous code with no server state, so that the same function runs on the event
-loop (small requests) and in the evaluation process (large ones, webhook.offload).
+loop (small requests) and in the evaluation process (large ones, webhook.server.offload).
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.admission import ParsedReview, ReviewError, build_response, error_response, parse_review
 from webhook.engine import AdmissionInput, Decision, Mode, Phase, RuleSet, evaluate
 from webhook.engine.model import Limits
+from webhook.server.admission import ParsedReview, ReviewError, build_response, error_response, parse_review
 
 log = logging.getLogger("gpu_webhook.server")
 

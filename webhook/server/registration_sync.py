@@ -1,6 +1,6 @@
 """The server keeps its two webhook configurations sending what its loaded rules need.
 
-webhook/registration.py derives each known entry's `rules` and `matchConditions` from a rule set;
+webhook/install/registration.py derives each known entry's `rules` and `matchConditions` from a rule set;
 this module compares them with the live `gpu-webhook-mutating` / `gpu-webhook-validating` and, when
 it manages them, writes those two fields and nothing else (not failurePolicy, namespaceSelector,
 clientConfig and its caBundle, timeoutSeconds, nor entries it does not know). A configuration that
@@ -46,9 +46,9 @@ import orjson
 from kubernetes.client import ApiClient
 
 from webhook.engine import RuleSet
+from webhook.install.registration import CONFIGURATION_NAMES, ENTRIES, derive, entry_fields
 from webhook.kube import rest
-from webhook.metrics import Metrics
-from webhook.registration import CONFIGURATION_NAMES, ENTRIES, derive, entry_fields
+from webhook.server.metrics import Metrics
 
 log = logging.getLogger("gpu_webhook.registration")
 
@@ -246,7 +246,7 @@ def absent(kind: str, ruleset: RuleSet) -> Plan:
 
 
 class RulesSource(Protocol):
-    """What the sync reads of the server's RuleStore (webhook/reload.py)."""
+    """What the sync reads of the server's RuleStore (webhook/server/reload.py)."""
 
     ruleset: RuleSet | None
     generation: int

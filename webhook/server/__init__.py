@@ -1,0 +1,15 @@
+"""The HTTPS door: AdmissionReviews in, the engine's decisions out, and what keeps a replica healthy.
+
+The face is `Server`, `ServerConfig` and `tls_context`; `commands/serve.py` wires them to the
+cluster. Inside, one request goes app.py (the transport: read the body, call the pipeline, map
+its answer to HTTP and metrics) -> pipeline.py (parse the review, add the cluster context,
+evaluate, serialise) -> admission.py (the AdmissionReview v1 contract). Around it: reload.py
+(rules and certificate), connections.py (TLS handshakes, idle and connection limits),
+offload.py (large bodies decided in a child process), metrics.py, memory.py, recorder.py,
+workers.py (several processes on one port), registration_sync.py (the live webhook
+configurations kept in step with the loaded rules), logs.py.
+"""
+
+from .app import NamespaceSource, RegistrationSource, Server, ServerConfig, tls_context
+
+__all__ = ["NamespaceSource", "RegistrationSource", "Server", "ServerConfig", "tls_context"]
