@@ -13,6 +13,11 @@ Written from the apiserver's behaviour as documented and as its sources show it
   a validation that is false fails with its messageExpression (or message); an error is the
   failurePolicy; the binding's validationActions decide Deny / Warn / Audit.
 The CEL runs on celenv.NativeEnvironment: the engine's runtime with the apiserver's libraries.
+Each expression is also type-checked as the apiserver does when the policy is created
+(celenv.check_type): a JSONPatch expression must be list(JSONPatch), a validation bool, a
+messageExpression string; a policy that fails is one the apiserver would not have stored, and
+running it raises PolicyRefused. (namespaceObject and request are dyn here, typed objects there:
+a typed string compared with null passes here; the e2e test on a real apiserver closes that.)
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import jsonpatch
 from webhook.engine import AdmissionInput
 from webhook.engine.model import LabelSelector
 from webhook.engine.workloads import api_group
-from webhook.export.celenv import EvaluationFailed, NativeEnvironment
+from webhook.export.celenv import BOOL, LIST_OF_JSONPATCH, STRING, CompileError, EvaluationFailed, NativeEnvironment
 from webhook.export.policies import NativeRule
 from webhook.export.targets import api_of
 
@@ -40,26 +45,48 @@ class NativeOutcome:
     errors: list[str] = field(default_factory=list)
 
 
+class PolicyRefused(AssertionError):
+    """The apiserver would refuse to create the policy (an expression of the wrong type)."""
+
+
 class Apiserver:
     def __init__(self) -> None:
         self.env = NativeEnvironment()
-        self._programs: dict[str, Any] = {}
+        self._programs: dict[tuple[str, bool], Any] = {}
+        self._checked: set[tuple[str, str, bool]] = set()
 
-    def _run(self, expression: str, bindings: dict[str, Any]) -> Any:
-        program = self._programs.get(expression)
+    def _run(self, expression: str, bindings: dict[str, Any], result: str | None = None, mutating: bool = False) -> Any:
+        """The expression's value; `result`: the type the apiserver requires of it at create time.
+        `mutating`: a MutatingAdmissionPolicy's mutation, the one place with the JSONPatch library
+        (JSONPatch values, jsonpatch.escapeKey); variables and validations have none."""
+        if result is not None and (expression, result, mutating) not in self._checked:
+            try:
+                self.env.check_type(expression, result, mutating=mutating)
+            except CompileError as error:
+                raise PolicyRefused(f"{error}: {expression[:200]}") from None
+            self._checked.add((expression, result, mutating))
+        program = self._programs.get((expression, mutating))
         if program is None:
-            program = self._programs[expression] = self.env.compile(expression)
+            try:
+                program = self._programs[expression, mutating] = self.env.compile(expression, mutating)
+            except CompileError as error:
+                raise PolicyRefused(f"{error}: {expression[:200]}") from None
         return self.env.evaluate(program, bindings)
 
     # -- matching --------------------------------------------------------------------------------
     def matches(self, policy: dict[str, Any], admission: AdmissionInput) -> bool:
         subject = admission.subject or {}
         constraints = policy["spec"]["matchConstraints"]
+        group = api_group(subject)
         try:
             _, plural = api_of(str(subject.get("kind")))
-        except ValueError:
-            return False
-        group = api_group(subject)
+        except ValueError:  # a kind outside the table: the one resource its rule declared for the group
+            declared = {
+                r for rule in constraints["resourceRules"] if group in rule["apiGroups"] for r in rule["resources"]
+            }
+            if len(declared) != 1:
+                return False
+            (plural,) = declared
         # a resourceRule names a subresource as resource/subresource (pods/ephemeralcontainers)
         resource = f"{plural}/{admission.sub_resource}" if admission.sub_resource else plural
         if not any(
@@ -99,11 +126,14 @@ class Apiserver:
         """The object after the policy's mutations, and the errors that failurePolicy Ignore skipped."""
         current = copy.deepcopy(obj)
         skipped: list[str] = []
+        # each mutation sees the object as the previous ones left it, its variables too (they are
+        # evaluated per mutation: verified on kube-apiserver v1.36.2); an error under Ignore skips
+        # that mutation and the others run (verified)
         for mutation in policy["spec"]["mutations"]:
             bindings = self.bindings(admission, current)
             try:
                 self._variables(policy, bindings)
-                operations = self._run(mutation["jsonPatch"]["expression"], bindings)
+                operations = self._run(mutation["jsonPatch"]["expression"], bindings, LIST_OF_JSONPATCH, True)
                 current = jsonpatch.apply_patch(current, operations)
             except (EvaluationFailed, jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as error:
                 if policy["spec"]["failurePolicy"] == "Fail":
@@ -117,12 +147,12 @@ class Apiserver:
         self._variables(policy, bindings)
         failures = []
         for validation in policy["spec"]["validations"]:
-            if self._run(validation["expression"], bindings) is True:
+            if self._run(validation["expression"], bindings, BOOL) is True:
                 continue
             message = validation.get("message") or "failed expression"
             if "messageExpression" in validation:
                 with contextlib.suppress(EvaluationFailed):  # the apiserver falls back to message
-                    message = self._run(validation["messageExpression"], bindings) or message
+                    message = self._run(validation["messageExpression"], bindings, STRING) or message
             failures.append(message)
         return failures or None
 

@@ -83,7 +83,7 @@ def test_target_vap_names_the_mutating_rules(capsys: pytest.CaptureFixture[str],
 def test_old_release_keeps_mutations_in_the_webhook(capsys: pytest.CaptureFixture[str], rules: Path) -> None:
     code, _, err = run(capsys, "--rules", str(rules), "--kubernetes-version", "1.31")
     assert code == 0
-    assert "no MutatingAdmissionPolicy (1.32+)" in err
+    assert "has no MutatingAdmissionPolicy: the webhook keeps the rule (on 1.32 or later" in err
     _, out, err = run(capsys, "--rules", str(rules), "--kubernetes-version", "1.34")
     assert "feature gate" in err and "admissionregistration.k8s.io/v1beta1" in out
 

@@ -14,6 +14,20 @@ The equivalence tests evaluate the same programs. What is emulated, and how:
   (rewritten here into maps with the same fields);
 - strings: cel-expr-python's strings extension (a superset of the apiserver's strings v2).
 
+Types: `check_type` compiles an expression a second time in a type-checking environment where a
+`JSONPatch{...}` value is a call returning the opaque type JSONPatch (the runtime cannot evaluate
+that type, hence two environments), and compares the result type with the one the apiserver
+requires at create time: a MutatingAdmissionPolicy's JSONPatch expression must be
+list(JSONPatch) (v1.36.2 refuses list(dyn), e.g. a list whose items come from a conditional with a
+dyn() branch, and dyn itself), a validation bool, a messageExpression string. The checker is
+cel-cpp's, not cel-go's; tests/export/test_celenv.py holds the expressions whose verdicts were
+taken on the real apiserver, and the e2e test creates every generated policy there.
+
+The JSONPatch library (JSONPatch values, `jsonpatch.escapeKey`) exists only in a
+MutatingAdmissionPolicy's mutations (v1.36.2: a ValidatingAdmissionPolicy, or a variable of either
+kind, that names it is refused, "undeclared reference to 'jsonpatch'"): `compile(text, mutating)`
+and `check_type(..., mutating=)` use an environment with it or without it.
+
 Not emulated: HomogeneousAggregateLiterals (generated literals wrap items in dyn() instead),
 cost tracking (cost.py gives a static bound), and `authorizer` (no exported rule reads it).
 """
@@ -27,6 +41,7 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_strings
 from jsonpointer import escape
 
+from webhook.engine import celsyntax
 from webhook.engine.cel import plain_result
 from webhook.engine.quantity import QuantityError, parse_quantity, quantity_of
 
@@ -41,8 +56,58 @@ LIST_INDEX_OF = "gwListIndexOf"
 _LIST_INDEX_OF_CALL = re.compile(r"\.indexOf\((gw[A-Z])\)")
 
 
+# the result types the apiserver requires at create time, in its notation (cel-go's type names)
+LIST_OF_JSONPATCH = "list(JSONPatch)"
+BOOL = "bool"
+STRING = "string"
+# JSONPatch{...} in the type-checking environment: a call per field set (op, path, from, value)
+_JSONPATCH_CALL = "gwJSONPatch"
+_JSONPATCH_FIELDS = ("op", "path", "from", "value")
+
+
 class CompileError(ValueError):
     pass
+
+
+def type_name(cpp: str) -> str:
+    """cel-cpp's name of a type (LIST<DYN>, MAP<STRING, INT>) as cel-go writes it (list(dyn), map(string, int))."""
+    out = re.sub(r"\b([A-Z][A-Z0-9_]*)\b", lambda m: m.group(1).lower(), cpp)
+    return out.replace("<", "(").replace(">", ")")
+
+
+def jsonpatch_calls(text: str) -> str:
+    """Each `JSONPatch{op: .., path: .., value: ..}` literal as a call `gwJSONPatch_op_path_value(.., ..)`.
+
+    The last literal of the text is rewritten first, so no rewritten literal holds another one.
+    CompileError for a field outside JSONPatch's (op, path, from, value)."""
+    while True:
+        try:
+            found = celsyntax.tokens(text)
+        except celsyntax.CelSyntaxError as error:
+            raise CompileError(str(error)) from None
+        starts = [
+            i
+            for i in range(len(found) - 1)
+            if found[i].kind == "ident" and found[i].text == "JSONPatch" and found[i + 1].text == "{"
+        ]
+        if not starts:
+            return text
+        index = starts[-1]
+        try:
+            arguments, close = celsyntax.argument_texts(text, found, index + 1)
+        except celsyntax.CelSyntaxError as error:
+            raise CompileError(str(error)) from None
+        names, values = [], []
+        for argument in arguments:
+            name, colon, value = argument.partition(":")
+            if not colon or name.strip() not in _JSONPATCH_FIELDS:
+                raise CompileError(f"JSONPatch has no field {name.strip()!r}")
+            names.append(name.strip())
+            values.append(value)
+        if sorted(names, key=_JSONPATCH_FIELDS.index) != names:
+            raise CompileError(f"JSONPatch fields out of order: {', '.join(names)}")
+        call = f"{_JSONPATCH_CALL}_{'_'.join(names)}({','.join(values)})"
+        text = text[: found[index].start] + call + text[found[close].end :]
 
 
 def _quantity(text: str) -> float:
@@ -96,37 +161,76 @@ class NativeEnvironment:
                     )
                 ],
             ),
-            cel.FunctionDecl(
-                "jsonpatch.escapeKey", [cel.Overload("k8s_jsonpatch_escape", t.STRING, [t.STRING], impl=escape)]
-            ),
         ]
-        self._programs: dict[str, Any] = {}
-        self._env = cel.NewEnv(
-            variables={name: t.DYN for name in VARIABLES},
-            extensions=[ext_strings.ExtStrings()],
-            functions=functions,
+        # the JSONPatch library (JSONPatch values, jsonpatch.escapeKey) is a MutatingAdmissionPolicy's
+        # alone: a ValidatingAdmissionPolicy that names it is refused ("undeclared reference")
+        escape_key = cel.FunctionDecl(
+            "jsonpatch.escapeKey", [cel.Overload("k8s_jsonpatch_escape", t.STRING, [t.STRING], impl=escape)]
         )
+        self._programs: dict[tuple[str, bool], Any] = {}
+        self._types: dict[tuple[str, bool], str] = {}
+        variables = {name: t.DYN for name in VARIABLES}
+        self._envs = {
+            mutating: cel.NewEnv(
+                variables=variables,
+                extensions=[ext_strings.ExtStrings()],
+                functions=[*functions, escape_key] if mutating else functions,
+            )
+            for mutating in (True, False)
+        }
+        # for check_type only: JSONPatch values as calls returning an opaque type (never evaluated)
+        jsonpatch = t.AbstractType("JSONPatch")
+        calls = []
+        for names in (("op", "path"), ("op", "path", "value"), ("op", "path", "from"), ("op", "from", "path")):
+            parameters = [t.DYN if name == "value" else t.STRING for name in names]
+            overload = cel.Overload(f"gw_jsonpatch_{'_'.join(names)}", jsonpatch, parameters)
+            calls.append(cel.FunctionDecl(f"{_JSONPATCH_CALL}_{'_'.join(names)}", [overload]))
+        self._checkers = {
+            mutating: cel.NewEnv(
+                variables=variables,
+                extensions=[ext_strings.ExtStrings()],
+                functions=[*functions, escape_key, *calls] if mutating else functions,
+            )
+            for mutating in (True, False)
+        }
 
-    def compile(self, text: str) -> Any:
+    def compile(self, text: str, mutating: bool = True) -> Any:
+        """The program of an expression of a MutatingAdmissionPolicy (`mutating`) or a ValidatingAdmissionPolicy."""
         # one export compiles the same generated text several times: rules with the same kinds share
         # their target-list variables (object and oldObject forms, 11-17 kB each), ~1 in 6 compilations
-        program = self._programs.get(text)
+        program = self._programs.get((text, mutating))
         if program is None:
-            program = self._programs[text] = self._compile(text)
+            program = self._programs[text, mutating] = self._compile(text, mutating)
         return program
 
-    def _compile(self, text: str) -> Any:
-        source = (
-            text.replace(JSONPATCH_OPEN, "{'op': ")
-            .replace(JSONPATCH_PATH, ",\n 'path': ")
-            .replace(JSONPATCH_VALUE, ",\n 'value': ")
-        )
+    def _compile(self, text: str, mutating: bool) -> Any:
+        source = text
+        if mutating:
+            source = (
+                text.replace(JSONPATCH_OPEN, "{'op': ")
+                .replace(JSONPATCH_PATH, ",\n 'path': ")
+                .replace(JSONPATCH_VALUE, ",\n 'value': ")
+            )
         source = _LIST_INDEX_OF_CALL.sub(rf".{LIST_INDEX_OF}(\1)", source)
-        try:
-            return self._env.compile(source)
-        except RuntimeError as error:
-            message = re.sub(r"^[A-Z_]+: (ERROR: )?", "", str(error).strip())
-            raise CompileError(message.splitlines()[0]) from None
+        return _compiled(self._envs[mutating], source)
+
+    def result_type(self, text: str, mutating: bool = True) -> str:
+        """The type the checker gives the expression, in cel-go's notation (list(JSONPatch), dyn, bool)."""
+        found = self._types.get((text, mutating))
+        if found is None:
+            source = jsonpatch_calls(text) if mutating else text
+            source = _LIST_INDEX_OF_CALL.sub(rf".{LIST_INDEX_OF}(\1)", source)
+            found = self._types[text, mutating] = type_name(
+                str(_compiled(self._checkers[mutating], source).return_type())
+            )
+        return found
+
+    def check_type(self, text: str, *expected: str, mutating: bool = True) -> None:
+        """CompileError unless the expression's type is one of `expected`, as the apiserver refuses a
+        policy at create time ("must evaluate to list(JSONPatch) but got list(dyn)")."""
+        found = self.result_type(text, mutating)
+        if found not in expected:
+            raise CompileError(f"must evaluate to {' or '.join(expected)} but got {found}")
 
     def evaluate(self, program: Any, variables: dict[str, Any]) -> Any:
         """The value, or raise EvaluationFailed (what the apiserver treats under failurePolicy)."""
@@ -134,6 +238,14 @@ class NativeEnvironment:
         if result.type() == cel.Type.ERROR:
             raise EvaluationFailed(str(result.value()))
         return plain_result(result)  # not plain_value(): see engine/cel.plain_result
+
+
+def _compiled(env: Any, source: str) -> Any:
+    try:
+        return env.compile(source)
+    except RuntimeError as error:
+        message = re.sub(r"^[A-Z_]+: (ERROR: )?", "", str(error).strip())
+        raise CompileError(message.splitlines()[0]) from None
 
 
 class EvaluationFailed(RuntimeError):

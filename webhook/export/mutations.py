@@ -77,11 +77,24 @@ def set_patch(root: str, path: str, parts: Sequence[str], value: str) -> str:
     return expression
 
 
-def _checked(value: str, valid: str, patch: str) -> str:
+def _checked(value: str, valid: str, patch: str, static: bool | None = None) -> str:
     """The patch when `valid` holds, else an evaluation error (failurePolicy decides), as the engine
     raises MutationError for a value it cannot write (engine/mutate.py); the apiserver would reject the
-    patched object anyway, whatever the failurePolicy."""
-    return f"({valid}) ? {patch} : dyn(int('not a valid label value: ' + {value}))"
+    patched object anyway, whatever the failurePolicy.
+
+    `static`: the validity of a value known at export time (None: computed by the CEL `valid`); a
+    valid one needs no check.
+
+    The error keeps the patch's type: the apiserver type-checks a JSONPatch expression as
+    list(JSONPatch) at create time (verified on v1.36.2), and a conditional whose other branch is
+    not a JSONPatch (`dyn(int(..))`, as this was) makes the list a list(dyn), which it refuses. So
+    the patch is picked from a one-item list by an index that is 0 when the value is valid and an
+    int() conversion error otherwise. The message must not be a constant: the apiserver folds a
+    constant int('...') when it plans the program, and refuses the policy.
+    """
+    if static:
+        return patch
+    return f"[{patch}][({valid}) ? 0 : int('not a valid label value: ' + {value})]"
 
 
 def _label_value(value: str) -> str:
@@ -101,7 +114,9 @@ def patches(mutation: Mutation, translator: Translator, targets: str, match: str
         mutation.table or (mutation.toleration if isinstance(mutation, AddToleration) else mutation.expression) is None
     ):
         raise NotNative(
-            f"mutation {mutation_name(mutation)}: byResourcePrefix (a table by the pod's resource names) is not modelled"
+            f"mutation {mutation_name(mutation)}: byResourcePrefix picks its arguments by the pod's accelerator "
+            "resource names and claims, which export does not model: the webhook keeps the rule, or give the mutation "
+            "fixed arguments (without byResourcePrefix) to export it"
         )
     if isinstance(mutation, AddToleration):
         return [_add_toleration(mutation, each)]
@@ -115,7 +130,8 @@ def patches(mutation: Mutation, translator: Translator, targets: str, match: str
         return _set_queue_name(mutation, translator, each)
     raise NotNative(
         f"mutation {mutation_name(mutation)}: needs several patch operations per pod template, "
-        "which a MutatingAdmissionPolicy JSONPatch expression cannot build (no flatten in the apiserver's CEL)"
+        "which a MutatingAdmissionPolicy JSONPatch expression cannot build (no flatten in the apiserver's CEL): "
+        "the webhook keeps the rule (nothing to do)"
     )
 
 
@@ -191,14 +207,18 @@ def _value(mutation_value: str | None, expression: Any, translator: Translator) 
     text = f"({translator.translate(expression.text)})"
     if expression.result_type == "STRING":  # a string-typed expression cannot be null (and may not compare to it)
         return text, f"{text} != ''"
-    return text, f"({text} != null && {text} != '')"
+    # dyn(): the apiserver types namespaceObject and request (kubernetes.Namespace, .AdmissionRequest),
+    # and a typed string may not be compared with null (`namespaceObject.metadata.name != null` is refused)
+    return text, f"(dyn({text}) != null && {text} != '')"
 
 
 def _set_metadata(mutation: SetMetadata, translator: Translator, each: Any) -> list[str]:
     out = []
-    items = [(k, _value(v, None, translator)) for k, v in mutation.values]
-    items += [(k, _value(None, e, translator)) for k, e in mutation.expressions]
-    for key, (value, present) in items:
+    items: list[tuple[str, tuple[str, str], str | None]] = [
+        (k, _value(v, None, translator), v) for k, v in mutation.values
+    ]
+    items += [(k, _value(None, e, translator), None) for k, e in mutation.expressions]
+    for key, (value, present), static in items:
         root = "gwT.root"
         field = mutation.field
         current = (
@@ -212,7 +232,8 @@ def _set_metadata(mutation: SetMetadata, translator: Translator, each: Any) -> l
         needed = f"{present} && !{stays}"
         patch = f"{set_patch(root, 'gwT.path', ('metadata', field, key), value)}[0]"
         if field == "labels":
-            patch = _checked(value, _label_value(value), patch)
+            known = None if static is None else len(static) <= 63 and LABEL_VALUE.match(static) is not None
+            patch = _checked(value, _label_value(value), patch, known)
         out.append(each(needed, patch))
     return out
 
@@ -251,8 +272,11 @@ def _set_queue_name(mutation: SetQueueName, translator: Translator, each: Any) -
     needed = f"request.operation == 'CREATE' && !({labelled}) && {present}"
     # a LocalQueue name is a DNS-1123 subdomain; the label holds at most 63 characters (engine/mutate.py)
     valid = f"size({value}) <= 63 && {value}.matches({string_literal(_DNS_SUBDOMAIN.pattern)})"
+    static = mutation.value if mutation.expression is None else None
+    known = None if static is None else len(static) <= 63 and _DNS_SUBDOMAIN.match(static) is not None
     label = each(
-        needed, _checked(value, valid, f"{set_patch(root, 'gwT.path', ('metadata', 'labels', QUEUE_LABEL), value)}[0]")
+        needed,
+        _checked(value, valid, f"{set_patch(root, 'gwT.path', ('metadata', 'labels', QUEUE_LABEL), value)}[0]", known),
     )
     # Kueue's own webhook may already have run: a batch/v1 Job must start suspended (so Kueue admits it first)
     suspend = each(  # not when the label cannot be written: the engine stops there

@@ -151,7 +151,10 @@ class Translator:
         shadowed = {m.group(1) for m in _COMPREHENSION_VARIABLE.finditer(celsyntax.blank(text))}
         clash = {n for n in shadowed if n in TARGET_FIELDS or n in ("params", "variables") or n.startswith("gw")}
         if clash:
-            raise NotNative(f"a comprehension variable is named {', '.join(sorted(clash))}")
+            raise NotNative(
+                f"a comprehension variable is named {', '.join(sorted(clash))}, a name the exported policy uses "
+                "itself: rename it in the rule's CEL to export the rule"
+            )
         try:
             rewritten = _rewrite(text, self._replacements)
         except celhelpers.RewriteError as error:
@@ -199,7 +202,10 @@ def inline_bindings(text: str) -> str:
             raise NotNative("cel.bind needs a name, a value and an expression")
         name, value, body = args[0].strip(), inline_bindings(args[1]), inline_bindings(args[2])
         if name in {m.group(1) for m in _COMPREHENSION_VARIABLE.finditer(celsyntax.blank(body))}:
-            raise NotNative(f"cel.bind({name}, ...) is shadowed by a comprehension variable of the same name")
+            raise NotNative(
+                f"cel.bind({name}, ...) is shadowed by a comprehension variable of the same name (the apiserver has "
+                "no cel.bind, so export inlines it): rename one of them to export the rule"
+            )
         text = text[: found.start()] + "(" + _replace_identifier(body, name, f"({value.strip()})") + ")" + text[end:]
 
 

@@ -23,13 +23,13 @@ from typing import Any
 from webhook.engine.cel import CompiledExpression
 from webhook.engine.model import LabelSelector, Rule
 from webhook.engine.resources import Accelerators
-from webhook.engine.workloads import WORKLOADS
+from webhook.engine.workloads import UNMUTATED_KINDS, WORKLOADS
 
-from .celenv import CompileError, NativeEnvironment
+from .celenv import BOOL, LIST_OF_JSONPATCH, STRING, CompileError, NativeEnvironment
 from .cost import PER_CALL_LIMIT, POLICY_BUDGET, estimate
-from .mutations import needs_pod_spec_paths, patches
+from .mutations import json_patch, needs_pod_spec_paths, patches, select
 from .nativecel import LOOP, NotNative, Translator, _replace_identifier, native_literal, references, string_literal
-from .targets import MULTI_TEMPLATE, KindTarget, api_of, targets_expression
+from .targets import MULTI_TEMPLATE, KindTarget, api_of, follows_templates, targets_expression
 from .versions import GROUP, Release
 
 LABELS = {"app.kubernetes.io/managed-by": "gpu-webhook"}
@@ -106,7 +106,8 @@ def context_refusal(rule: Rule, claims: str = CLAIMS_REFUSE) -> str | None:
     if context:
         return (
             f"reads {', '.join(context)}: cluster context the webhook reads from its caches; "
-            "an admission policy sees only the object, its namespace and the request"
+            "an admission policy sees only the object, its namespace and the request, so the webhook keeps the rule "
+            "(nothing to do)"
         )
     if claims != CLAIMS_UNRESOLVED and counts_accelerators(rule):
         what = (
@@ -167,6 +168,90 @@ def _fresh_messages(value: str) -> str:
     )
 
 
+# engine/inputs.py: on UPDATE a rule that ratchets acts on a target only when the update changed a
+# field the rule reads or writes (Rule.inputs, paths from the object's root) or the target's own
+# part (a pod template whole; a Pod's or a whole workload's pod specs). The policies compute whether
+# an input changed (`allAct`) and else the descriptions of the targets whose own part did (`acting`;
+# descriptions name targets uniquely, as ratcheting already relies on); a target acts when either
+# says so. Variables have no jsonpatch.escapeKey (v1.36.2: only a MutatingAdmissionPolicy's mutations
+# have the JSONPatch library), so their target paths are keys, not pointers.
+ACTS = f"(variables.allAct || {LOOP}.description in variables.acting)"
+# A MutatingAdmissionPolicy evaluates its variables for each mutation, on the object as the previous
+# mutations left it (verified on v1.36.2: a variable read by the second mutation sees the first one's
+# patch). The engine decides once, before the rule's first mutation; after a mutation that sets an
+# input back to its old value (gpu-cost-labels resetting a tenant's `team` label) the later ones would
+# see no change. So a gated policy decides in a first mutation, on the object as it received it, and
+# writes the decision into an annotation of the object that its mutations read and its last mutation
+# removes (an erring mutation under Ignore is skipped, the rest run: verified; under Fail nothing is
+# stored). Value: '+' when the annotation map was made for it ('-' otherwise), then '*' (every target)
+# or the acting targets' descriptions, one per line. Only on UPDATE: CREATE always acts.
+GATE_ANNOTATION = "gpu-webhook.io/export-gate"
+_GATE_KEY = string_literal(GATE_ANNOTATION)
+_GATE_POINTER = string_literal("/metadata/annotations/" + GATE_ANNOTATION.replace("~", "~0").replace("/", "~1"))
+_GATED = f"has(object.metadata.annotations) && {_GATE_KEY} in object.metadata.annotations"
+_GATE_VALUE = f"object.metadata.annotations[{_GATE_KEY}]"
+MARKED_ACTS = (
+    f"(request.operation != 'UPDATE' || ({_GATED} && ({_GATE_VALUE}.substring(1) == '*' || "
+    f"{LOOP}.description in {_GATE_VALUE}.substring(1).split('\\n'))))"
+)
+
+
+def gate_mutations() -> tuple[str, str]:
+    """The first and the last mutation of a gated MutatingAdmissionPolicy: the decision written, removed."""
+    decided = "variables.allAct ? '*' : variables.acting.join('\\n')"
+    add_key = json_patch("add", _GATE_POINTER, f"'-' + ({decided})")
+    add_map = json_patch("add", "'/metadata/annotations'", f"{{{_GATE_KEY}: '+' + ({decided})}}")
+    first = (
+        "request.operation == 'UPDATE' && (variables.allAct || size(variables.acting) > 0) ? "
+        f"[has(object.metadata.annotations) ? {add_key} : {add_map}] : []"
+    )
+    whole = f"{_GATE_VALUE}.startsWith('+') && size(object.metadata.annotations) == 1"
+    remove = f"{whole} ? {json_patch('remove', string_literal('/metadata/annotations'))} : {json_patch('remove', _GATE_POINTER)}"
+    last = f"request.operation == 'UPDATE' && {_GATED} ? [{remove}] : []"
+    return first, last
+
+
+def gates_updates(rule: Rule, operations: set[str]) -> bool:
+    """Whether the engine skips this rule on UPDATEs that leave its inputs unchanged (evaluate.py)."""
+    return rule.ratcheting and rule.inputs is not None and "UPDATE" in operations
+
+
+def _at(root: str, path: tuple[str, ...]) -> str:
+    """root.path, or null where a part is missing (inputs.py get_path)."""
+    presences, access = [], root
+    for part in path:
+        presence, access = select(access, part)
+        presences.append(presence)
+    return f"({' && '.join(presences)} ? dyn({access}) : null)" if presences else f"dyn({root})"
+
+
+def gate_variables(rule: Rule, targets: str, variable: str | None = "targets") -> list[dict[str, str]]:
+    """`allAct`, `oldTargets` and `acting` (see ACTS). `targets`: the targets expression (with paths,
+    roots and specs); `variable`: the policy variable that holds it (None: one is added, `gateTargets`:
+    a list expression nested in another one passes cel-cpp's parser depth of 32)."""
+    assert rule.inputs is not None
+    if any(not all(isinstance(part, str) for part in path) for path in rule.inputs):
+        raise NotNative(
+            f"reads {sorted(rule.inputs)}, a path through a list index, which export does not follow to tell "
+            "whether an UPDATE changed it: the webhook keeps the rule, or set spec.ratcheting: false to export it"
+        )
+    changed = [f"{_at('object', path)} != {_at('oldObject', path)}" for path in sorted(rule.inputs)]
+    on_old = _replace_identifier(targets, "object", "oldObject")
+    own = "gwO.path == gwA.path && (gwA.path == '' ? gwO.specs == gwA.specs : gwO.root == gwA.root)"
+    added = [] if variable is not None else [{"name": "gateTargets", "expression": targets}]
+    current = f"variables.{variable or 'gateTargets'}"
+    return [
+        *added,
+        {"name": "allAct", "expression": " || ".join(["request.operation != 'UPDATE'", "oldObject == null", *changed])},
+        {"name": "oldTargets", "expression": f"oldObject == null ? [] : {on_old}"},
+        {
+            "name": "acting",
+            "expression": f"variables.allAct ? [] : {current}.filter(gwA, !variables.oldTargets.exists(gwO, {own}))"
+            ".map(gwA, gwA.description)",
+        },
+    ]
+
+
 def policy_name(rule: str) -> str:
     return f"gpu-webhook-{rule}"
 
@@ -174,10 +259,13 @@ def policy_name(rule: str) -> str:
 def expand_kinds(rule: Rule) -> list[KindTarget]:
     kinds = rule.match.kinds
     if "*" in kinds:
-        raise NotNative("matches every kind (kinds: ['*']); a policy must name its resources")
+        raise NotNative(
+            "matches every kind (kinds: ['*']); a policy must name its resources: list the kinds in match.kinds "
+            "to export the rule"
+        )
     out = []
     for kind in sorted(kinds):
-        group, plural = api_of(kind)
+        group, plural = api_of(kind, rule.match.declared)
         out.append(KindTarget(kind, group, plural, templates=False))
     if "Pod" in kinds and rule.autogen:
         for kind in sorted(set(WORKLOADS) - set(kinds)):
@@ -259,13 +347,19 @@ class RuleExporter:
     def export(self, rule: Rule, want_vap: bool, want_map: bool) -> NativeRule:
         if rule.match.operations - NATIVE_OPERATIONS:
             extra = ", ".join(sorted(rule.match.operations - NATIVE_OPERATIONS))
-            raise NotNative(f"matches {extra}; only CREATE and UPDATE rules are exported")
+            raise NotNative(
+                f"matches {extra}; only CREATE and UPDATE rules are exported: the webhook keeps the rule, or split "
+                f"the {extra} part into a rule of its own to export the rest"
+            )
         if rule.mutations and not want_map:
-            raise NotNative("mutates, and --target vap exports validation only")
+            raise NotNative("mutates, and --target vap exports validation only: use --target all to export it")
         if rule.validate is not None and not want_vap:
-            raise NotNative("validates, and --target map exports mutation only")
+            raise NotNative("validates, and --target map exports mutation only: use --target all to export it")
         if rule.mutations and self.release.map_version() is None:
-            raise NotNative(f"mutates, and Kubernetes {self.release} has no MutatingAdmissionPolicy (1.32+)")
+            raise NotNative(
+                f"mutates, and Kubernetes {self.release} has no MutatingAdmissionPolicy: the webhook keeps the rule "
+                "(on 1.32 or later, export with that --kubernetes-version)"
+            )
         refusal = context_refusal(rule, self.claims)
         if refusal is not None:
             raise NotNative(refusal)
@@ -276,7 +370,8 @@ class RuleExporter:
             if rule.mutations:
                 raise NotNative(
                     "a Deny rule that ratchets on UPDATE (spec.ratcheting) and mutates: "
-                    "its policies cannot be narrowed to CREATE apart"
+                    "its policies cannot be narrowed to CREATE apart; the webhook keeps the rule, or split the "
+                    "mutation and the validation into two rules (or set spec.ratcheting: false) to export it"
                 )
             operations.discard("UPDATE")
             note = (
@@ -284,10 +379,24 @@ class RuleExporter:
                 "which the policy does not model; the webhook keeps the rule"
             )
             if not operations:
-                raise NotNative(note)
+                raise NotNative(
+                    "on UPDATE the engine ratchets (denies only messages the old object did not give), which the "
+                    "policy does not model for this rule: the webhook keeps it, or set spec.ratcheting: false to export it"
+                )
         kinds = expand_kinds(rule)
         if rule.match.object_selector is not None and any(k.templates for k in kinds):
-            raise NotNative("objectSelector on pod templates: the engine reads the template's labels, a policy cannot")
+            raise NotNative(
+                "objectSelector on pod templates: the engine reads each template's labels, a policy only the object's; "
+                "the webhook keeps the rule, or set autogen: false (the selector then applies to Pods only) to export it"
+            )
+        gated = gates_updates(rule, operations)
+        if gated and any(not k.templates and not follows_templates(k.kind) for k in kinds):
+            unreachable = sorted(k.kind for k in kinds if not k.templates and not follows_templates(k.kind))
+            raise NotNative(
+                f"on UPDATE the engine acts only when the pod templates of {', '.join(unreachable)} changed, and a "
+                "policy cannot follow them: the webhook keeps the rule, or set spec.ratcheting: false (or match "
+                "CREATE only) to export it"
+            )
         match = self._match(rule)
         native = NativeRule(rule=rule.name, action=str(rule.action), note=note)
         name = policy_name(rule.name)
@@ -295,8 +404,12 @@ class RuleExporter:
         metadata: dict[str, Any] = {"name": name, "labels": {**LABELS, RULE_LABEL: rule.name}}
         if rule.description:
             metadata["annotations"] = {"gpu-webhook.io/description": rule.description}
-        if rule.mutations:
-            native.mutating = self._mutating(rule, kinds, match, constraints, metadata)
+        # the engine never mutates some kinds (workloads.UNMUTATED_KINDS: a ReplicaSet's controller would
+        # replace it forever); their objects do not reach the MutatingAdmissionPolicy either
+        mutated = [k for k in kinds if k.kind not in UNMUTATED_KINDS]
+        if rule.mutations and mutated:
+            map_constraints = constraints if mutated == kinds else match_constraints(rule, mutated, operations)
+            native.mutating = self._mutating(rule, mutated, match, map_constraints, metadata, gated)
             version = self.release.map_version()
             native.objects += [
                 native.mutating,
@@ -308,7 +421,9 @@ class RuleExporter:
                 },
             ]
         if rule.validate is not None:
-            native.validating = self._validating(rule, kinds, match, constraints, metadata, ratchet and note is None)
+            native.validating = self._validating(
+                rule, kinds, match, constraints, metadata, ratchet and note is None, gated
+            )
             native.objects += [
                 native.validating,
                 {
@@ -341,18 +456,30 @@ class RuleExporter:
         kinds: list[KindTarget],
         with_paths: bool,
         old: tuple[str, str] | None = None,
+        gated: bool = False,
     ) -> list:
         fields = set().union(*(references(e) for e in expressions))
+        if gated:  # the gate compares each target's own part: its root, or the specs of an object target
+            fields.add("specs")
+            with_paths = True
         if "containers" in fields and any(not k.templates and k.kind in MULTI_TEMPLATE for k in kinds):
-            raise NotNative("reads `containers` of a whole multi-template object; the apiserver's CEL cannot flatten")
+            raise NotNative(
+                "reads `containers` of a whole multi-template object (a kind named in match.kinds: one target for all "
+                "its templates), a list the apiserver's CEL cannot flatten; the webhook keeps the rule, or leave those "
+                "kinds to autogen (one target per template) to export it"
+            )
         variables = []
         if any("variables.params" in e for e in expressions):
             variables.append({"name": "params", "expression": native_literal(dict(rule.params))})
-        targets = targets_expression(kinds, fields, self.translator, with_paths)
+        # a validating policy's paths are keys only: it has no jsonpatch.escapeKey
+        targets = targets_expression(kinds, fields, self.translator, with_paths, pointers=False)
         variables.append({"name": "targets", "expression": targets})
+        if gated:
+            variables += gate_variables(rule, targets)
         if old is not None:  # the same targets of the old object (UPDATE) and their messages, for ratcheting
-            on_old = _replace_identifier(targets, "object", "oldObject")
-            variables.append({"name": "oldTargets", "expression": f"oldObject == null ? [] : {on_old}"})
+            if not gated:
+                on_old = _replace_identifier(targets, "object", "oldObject")
+                variables.append({"name": "oldTargets", "expression": f"oldObject == null ? [] : {on_old}"})
             variables.append({"name": old[0], "expression": old[1]})
         return variables
 
@@ -364,6 +491,7 @@ class RuleExporter:
         constraints: dict[str, Any],
         metadata: dict[str, Any],
         ratchet: bool = False,
+        gated: bool = False,
     ) -> dict[str, Any]:
         validation = rule.validate
         assert validation is not None
@@ -391,6 +519,9 @@ class RuleExporter:
         else:  # DYN: a bool or a list of messages, known only when it runs
             ok = f"(type({value}) == bool ? ({value}) : size({value}) == 0)"
             single = f"(type({value}) == bool ? {on_false} : ({value}).join('; '))"
+        plain_match = match  # the old object's targets: the gate is the new object's
+        if gated:
+            match = f"{ACTS} && ({match})" if match else ACTS
         guard = f"({match}) ? {ok} : true" if match else ok
         entry: dict[str, Any] = {"expression": f"variables.targets.all({LOOP}, {guard})", "reason": "Forbidden"}
         if single is not None and result.startswith("LIST"):
@@ -403,16 +534,20 @@ class RuleExporter:
         if message is not None:
             entry["message"] = message
         expressions = [entry["expression"], entry.get("messageExpression", "")]
+        typed = [
+            (entry["expression"], BOOL),
+            *([(entry["messageExpression"], STRING)] if "messageExpression" in entry else []),
+        ]
         old = None
         if ratchet:
             old = (
-                ("oldMessages", _old_messages(value, match))
+                ("oldMessages", _old_messages(value, plain_match))
                 if result.startswith("LIST")
-                else ("oldFailing", _old_failing(value, match))
+                else ("oldFailing", _old_failing(value, plain_match))
             )
         needs = [*expressions, *([old[1]] if old else [])]
-        variables = self._variables(rule, needs, kinds, with_paths=False, old=old)
-        cost = self._check([v["expression"] for v in variables] + [e for e in expressions if e])
+        variables = self._variables(rule, needs, kinds, with_paths=False, old=old, gated=gated)
+        cost = self._check([v["expression"] for v in variables], [e for e in expressions if e], typed, False)
         spec: dict[str, Any] = {
             "failurePolicy": rule.failure_policy,
             "matchConstraints": constraints,
@@ -427,12 +562,23 @@ class RuleExporter:
         }
 
     def _mutating(
-        self, rule: Rule, kinds: list[KindTarget], match: str, constraints: dict[str, Any], metadata: dict[str, Any]
+        self,
+        rule: Rule,
+        kinds: list[KindTarget],
+        match: str,
+        constraints: dict[str, Any],
+        metadata: dict[str, Any],
+        gated: bool = False,
     ) -> dict[str, Any]:
         if needs_pod_spec_paths(rule.mutations) and any(not k.templates and k.kind != "Pod" for k in kinds):
-            raise NotNative("edits the pod specs of a whole workload object; only Pods and pod templates are exported")
-        # Mutations read the object as the previous ones left it, so each inlines its targets
-        # (a policy variable is computed once per policy invocation, before the first mutation).
+            raise NotNative(
+                "edits the pod specs of a whole workload object (a workload kind named in match.kinds); only Pods and "
+                "pod templates are exported: the webhook keeps the rule, or leave the workload kinds to autogen "
+                "(one target per template) to export it"
+            )
+        # Mutations read the object as the previous ones left it, so each inlines its targets.
+        if gated:  # the decision the first mutation writes (GATE_ANNOTATION)
+            match = f"{MARKED_ACTS} && ({match})" if match else MARKED_ACTS
         probe = [patches(m, self.translator, "gwTARGETS", match) for m in rule.mutations]
         flat = [e for group in probe for e in group]
         fields = set().union(*(references(e) for e in flat))
@@ -441,7 +587,15 @@ class RuleExporter:
         variables = []
         if any("variables.params" in e for e in expressions):
             variables.append({"name": "params", "expression": native_literal(dict(rule.params))})
-        cost = self._check([v["expression"] for v in variables] + expressions)
+        if gated:  # read by the first mutation alone: the object as this policy received it
+            # keys, not pointers: a policy's variables have no jsonpatch.escapeKey (only its mutations do)
+            start = targets_expression(kinds, fields | {"specs"}, self.translator, with_paths=True, pointers=False)
+            variables += gate_variables(rule, start, None)
+            first, last = gate_mutations()
+            expressions = [first, *expressions, last]
+        cost = self._check(
+            [v["expression"] for v in variables], expressions, [(e, LIST_OF_JSONPATCH) for e in expressions], True
+        )
         return {
             "apiVersion": f"{GROUP}/{self.release.map_version()}",
             "kind": "MutatingAdmissionPolicy",
@@ -455,21 +609,40 @@ class RuleExporter:
             },
         }
 
-    def _check(self, expressions: list[str]) -> int:
-        """Compile every expression as the apiserver would and bound its cost; the policy's estimated cost."""
-        for expression in expressions:
-            try:
-                self.env.compile(expression)
-            except CompileError as error:
-                raise NotNative(f"the generated CEL does not compile in the apiserver's environment: {error}") from None
-        costs = [estimate(e) for e in expressions]
+    def _check(self, variables: list[str], expressions: list[str], typed: list[tuple[str, str]], mutating: bool) -> int:
+        """Compile every expression as the apiserver would (a policy's variables without the JSONPatch
+        library, which only a MutatingAdmissionPolicy's mutations have), check the types it requires of
+        `typed` ((expression, type): validations bool, messages string, JSONPatch expressions
+        list(JSONPatch)) and bound the cost; the policy's estimated cost."""
+        try:
+            for expression in variables:
+                self.env.compile(expression, mutating=False)
+            for expression in expressions:
+                self.env.compile(expression, mutating)
+        except CompileError as error:  # the rule's CEL uses what the apiserver lacks, or export erred
+            raise NotNative(
+                f"the generated CEL does not compile in the apiserver's environment: {error}; the webhook keeps the "
+                "rule, or write its CEL without what the apiserver lacks to export it (if it uses nothing unusual, "
+                "please report it as a gpu-webhook bug)"
+            ) from None
+        try:
+            for expression, wanted in typed:
+                self.env.check_type(expression, wanted, mutating=mutating)
+        except CompileError as error:  # the generated wrapper's type: export's own fault
+            raise NotNative(
+                f"the generated CEL has a type the apiserver refuses: {error}; the webhook keeps the rule (a "
+                "gpu-webhook bug: please report it)"
+            ) from None
+        costs = [estimate(e) for e in [*variables, *expressions]]
         if max(costs) > PER_CALL_LIMIT:
             raise NotNative(
                 f"an expression's estimated cost {max(costs):,} is over the apiserver's per-expression limit "
-                f"{PER_CALL_LIMIT:,}"
+                f"{PER_CALL_LIMIT:,}: the webhook keeps the rule, or cut its loops over containers and templates "
+                "(or its kinds) to export it"
             )
         if sum(costs) > POLICY_BUDGET:
             raise NotNative(
-                f"estimated cost {sum(costs):,} is over the apiserver's per-policy budget {POLICY_BUDGET:,}"
+                f"estimated cost {sum(costs):,} is over the apiserver's per-policy budget {POLICY_BUDGET:,}: the "
+                "webhook keeps the rule, or cut its loops over containers and templates (or its kinds) to export it"
             )
         return sum(costs)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from webhook.engine.model import KindApi
 from webhook.engine.workloads import BY_KIND
 
 from .nativecel import NotNative, Translator, string_literal
@@ -34,12 +35,41 @@ class KindTarget:
     templates: bool  # one target per pod template (autogen), else the object itself
 
 
-def api_of(kind: str) -> tuple[str, str]:
-    """(API group, plural resource) of a kind the engine knows; NotNative otherwise."""
+# what a target needs its pod specs for (the fields of `_enriched` computed from `specs`)
+SPEC_FIELDS = frozenset({"specs", "spec", "containers", "gpus", "claimed"})
+
+
+def api_of(kind: str, declared: tuple[KindApi, ...] = ()) -> tuple[str, str]:
+    """(API group, plural resource) of a kind: from the engine's kind table, else from the rule's
+    own declaration of it in match.kinds; NotNative otherwise."""
     entry = BY_KIND.get(kind)
-    if entry is None:
-        raise NotNative(f"kind {kind}: not in the engine's kind table (engine/workloads.py KINDS)")
-    return entry.group, entry.plural
+    if entry is not None:
+        return entry.group, entry.plural
+    for api in declared:
+        if api.kind == kind:
+            return api.group, api.resource
+    raise NotNative(
+        f"kind {kind}: its API group and resource are unknown to gpu-webhook, and a policy must name them; "
+        f"declare them in match.kinds ({{kind: {kind}, group: ..., version: ..., resource: ...}}) to export the rule"
+    )
+
+
+# the kinds whose pod templates template_targets follows
+FOLLOWED = frozenset(
+    {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "JobSet", "RayJob", "RayCluster"}
+    | {"RayService", "LeaderWorkerSet", "PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob"}
+)
+
+
+def follows_templates(kind: str) -> bool:
+    """Whether a policy can reach every pod spec of the kind's objects (none to reach counts)."""
+    return kind in FOLLOWED or not has_templates(kind)
+
+
+def has_templates(kind: str) -> bool:
+    """Whether objects of the kind hold pod templates (a Pod's own spec is no template)."""
+    entry = BY_KIND.get(kind)
+    return entry is not None and entry.find is not None
 
 
 def _entry(root: str, path: str, description: str, with_paths: bool) -> str:
@@ -62,11 +92,17 @@ def _owner(kind: str) -> str:
     return f"{string_literal(kind + ' ')} + {NAME}"
 
 
-def template_targets(kind: str, with_paths: bool) -> str:
-    """The pod templates of one workload kind, as workloads.py finds them."""
+def template_targets(kind: str, with_paths: bool, pointers: bool = True) -> str:
+    """The pod templates of one workload kind, as workloads.py finds them.
+
+    `pointers` False: each target's `path` is a key that names it, not a JSON Pointer (map keys
+    unescaped): a ValidatingAdmissionPolicy has no `jsonpatch.escapeKey` (the JSONPatch library is
+    the MutatingAdmissionPolicy's alone; v1.36.2 refuses the policy: "undeclared reference")."""
     owner = _owner(kind)
     if kind in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob"):
-        parts: tuple[str, ...] = ("spec", "jobTemplate", "spec", "template") if kind == "CronJob" else ("spec", "template")
+        parts: tuple[str, ...] = (
+            ("spec", "jobTemplate", "spec", "template") if kind == "CronJob" else ("spec", "template")
+        )
         root = "object." + ".".join(parts)
         path = string_literal("/" + "/".join(parts))
         entry = _entry(root, path, f"'pod template of ' + {owner}", with_paths)
@@ -81,7 +117,8 @@ def template_targets(kind: str, with_paths: bool) -> str:
         }[kind]
         specs = f"object.spec.{field}"
         root = f"{specs}[gwK].template"
-        path = f"'/spec/{field}/' + jsonpatch.escapeKey(gwK) + '/template'"
+        key = "jsonpatch.escapeKey(gwK)" if pointers else "gwK"
+        path = f"'/spec/{field}/' + {key} + '/template'"
         entry = _entry(root, path, f"'replica ' + gwK + ' of ' + {owner}", with_paths)
         return f"({_guard(('spec', field))} ? {specs}.filter(gwK, has({root})).map(gwK, {entry}) : [])"
     if kind == "JobSet":
@@ -97,8 +134,12 @@ def template_targets(kind: str, with_paths: bool) -> str:
         )
         guard = _guard(("template", "spec", "template"), "gwJ")
         return f"({_guard(('spec', 'replicatedJobs'))} ? {jobs}.filter(gwJ, {guard}).map(gwJ, {entry}) : [])"
-    if kind in ("RayJob", "RayCluster"):
-        prefix = ("spec", "rayClusterSpec") if kind == "RayJob" else ("spec",)
+    if kind in ("RayJob", "RayCluster", "RayService"):
+        prefix = {
+            "RayJob": ("spec", "rayClusterSpec"),
+            "RayCluster": ("spec",),
+            "RayService": ("spec", "rayClusterConfig"),
+        }[kind]
         base = "object." + ".".join(prefix)
         pointer = "/" + "/".join(prefix)
         head_parts = (*prefix, "headGroupSpec", "template")
@@ -133,28 +174,52 @@ def template_targets(kind: str, with_paths: bool) -> str:
             )
             out.append(f"({_guard(parts)} ? [{entry}] : [])")
         return "(" + " + ".join(out) + ")"
-    raise NotNative(f"kind {kind}: no native expression for its pod templates")
+    if kind == "AppWrapper":
+        raise NotNative(
+            "reads the pod specs of AppWrappers, whose pod templates sit at paths each AppWrapper names itself "
+            "(spec.components[].podSets[].path), which a policy's CEL cannot follow; the webhook keeps the rule, "
+            "or take AppWrapper out of match.kinds (the Jobs, JobSets, ... it wraps are admitted as themselves) "
+            "to export the rest"
+        )
+    raise NotNative(
+        f"reads the pod specs of {kind}, whose pod templates export cannot reach from a policy; the webhook keeps "
+        f"the rule, or take {kind} out of match.kinds to export the rest"
+    )
 
 
-def object_target(kind: str, with_paths: bool) -> str:
-    """The object itself: a Pod with its spec, or a workload with all its templates' specs."""
+def object_target(kind: str, with_paths: bool, specs_needed: bool = True) -> str:
+    """The object itself: a Pod with its spec, a workload with all its templates' specs, or an object
+    without pod templates (a DRA claim, a TrainJob, a kind the rule declares) with none (as
+    workloads.object_target). `specs_needed` False leaves the specs out (the rule reads none)."""
     if kind == "Pod":
         fields = ["'description': dyn('pod ' + " + NAME + ")", "'specs': dyn(has(object.spec) ? [object.spec] : [])"]
-    else:
+    elif not has_templates(kind):
+        fields = [f"'description': dyn({_owner(kind)})", "'specs': dyn([])"]
+    elif specs_needed:
         specs = f"{template_targets(kind, False)}.map(gwE, size(gwE.specs) > 0 ? gwE.specs[0] : null)"
         fields = [f"'description': dyn({_owner(kind)})", f"'specs': dyn({specs})"]
+    else:
+        fields = [f"'description': dyn({_owner(kind)})"]
     if with_paths:
         fields += ["'root': dyn(object)", "'path': dyn('')"]
     return "[{" + ", ".join(fields) + "}]"
 
 
-def targets_expression(kinds: list[KindTarget], fields: set[str], translator: Translator, with_paths: bool) -> str:
-    """The list of targets of whichever kind `object` is, each with the fields the rule reads."""
+def targets_expression(
+    kinds: list[KindTarget], fields: set[str], translator: Translator, with_paths: bool, pointers: bool = True
+) -> str:
+    """The list of targets of whichever kind `object` is, each with the fields the rule reads
+    (`pointers`: see template_targets)."""
+    specs_needed = bool(fields & SPEC_FIELDS)
     branches = []
     for entry in kinds:
-        raw = template_targets(entry.kind, with_paths) if entry.templates else object_target(entry.kind, with_paths)
+        raw = (
+            template_targets(entry.kind, with_paths, pointers)
+            if entry.templates
+            else object_target(entry.kind, with_paths, specs_needed)
+        )
         branches.append((entry.kind, raw))
-    return f"({_dispatch(branches)}).map(gwX, {_enriched(fields, translator, with_paths)})"
+    return f"({_dispatch(branches)}).map(gwX, {_enriched(fields, translator, with_paths, specs_needed)})"
 
 
 def _dispatch(branches: list[tuple[str, str]]) -> str:
@@ -173,8 +238,8 @@ def _dispatch(branches: list[tuple[str, str]]) -> str:
     return f"(object.kind in {left} ? {_dispatch(branches[:half])} : {_dispatch(branches[half:])})"
 
 
-def _enriched(fields: set[str], translator: Translator, with_paths: bool) -> str:
-    out = ["'description': gwX.description", "'specs': gwX.specs"]
+def _enriched(fields: set[str], translator: Translator, with_paths: bool, specs_needed: bool = True) -> str:
+    out = ["'description': gwX.description"] + (["'specs': gwX.specs"] if specs_needed else [])
     if "spec" in fields:
         out.append("'spec': dyn(size(gwX.specs) == 1 ? gwX.specs[0] : null)")
     if "containers" in fields:
@@ -201,7 +266,7 @@ def _enriched(fields: set[str], translator: Translator, with_paths: bool) -> str
     return "{" + ", ".join(out) + "}"
 
 
-MULTI_TEMPLATE = frozenset({"JobSet", "RayJob", "RayCluster", "LeaderWorkerSet"}) | {
+MULTI_TEMPLATE = frozenset({"JobSet", "RayJob", "RayCluster", "RayService", "AppWrapper", "LeaderWorkerSet"}) | {
     "PyTorchJob",
     "TFJob",
     "MPIJob",
