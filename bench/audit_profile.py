@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _at(path: str, text: str) -> str:
-    """The frame mark `file:line)` of the first line of webhook/audit/PATH that contains `text`."""
-    lines = (ROOT / "webhook" / "audit" / path).read_text().splitlines()
+    """The frame mark `file:line)` of the first line of webhook/kubeyaml/PATH that contains `text`."""
+    lines = (ROOT / "webhook" / "kubeyaml" / path).read_text().splitlines()
     number = next((i for i, line in enumerate(lines, 1) if text in line), 0)
     return f"{path}:{number})"
 
@@ -36,12 +36,12 @@ PARTS: list[tuple[str, tuple[str, ...]]] = [
     ("startup: imports", ("_find_and_load", "<frozen importlib._bootstrap")),
     ("startup: rules and parser", ("load_ruleset (", "build_parser (")),
     ("YAML: syntax check (libyaml events, C)", (_at("rapid.py", ".raw_parse()"),)),
-    ("YAML: rapidyaml parse and JSON emit (C++)", ("_parse (webhook/audit/rapid.py", "_emit_json (")),
-    ("YAML: orjson and the checks of rapid.py", ("webhook/audit/rapid.py",)),
+    ("YAML: rapidyaml parse and JSON emit (C++)", ("_parse (webhook/kubeyaml/rapid.py", "_emit_json (")),
+    ("YAML: orjson and the checks of rapid.py", ("webhook/kubeyaml/rapid.py",)),
     ("YAML: libyaml path (compose)", ("check_node (", "get_node (", "compose_", "_compose")),
-    ("YAML: fastyaml (libyaml path; go_plain for rapid.py's checks)", ("fastyaml.py",)),
+    ("YAML: manifests.py (libyaml path), scalars.py (go_plain)", ("kubeyaml/manifests.py", "kubeyaml/scalars.py")),
     ("YAML: reference loader", ("yaml/constructor.py", "Loader.construct_mapping (")),
-    ("diff: YAML dump", ("plain_yaml", "blockyaml.py", "pyyaml_dump (", "yaml/emitter.py", "_node (")),
+    ("diff: YAML dump", ("plain_yaml", "kubeyaml/block.py", "pyyaml_dump (", "yaml/emitter.py", "_node (")),
     ("diff: difflib and linediff", ("difflib.py", "linediff.py")),
     ("JSON report", ("webhook/audit/formats/",)),
     ("engine: CEL", ("webhook/engine/cel.py", "celhelpers.py")),

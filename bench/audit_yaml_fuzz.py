@@ -5,7 +5,7 @@
 Two generators: random texts made of YAML's indicators and words (mostly invalid YAML: rapid.py
 must leave those to the libyaml path, which words the error), and random documents dumped by
 PyYAML in every style, sometimes unquoted or without the last line break. Each case is read by
-`rapid.documents` and by fastyaml with the reference loader (sources.Loader); a case rapid.py
+`rapid.documents` and by manifests.Documents with the reference loader (manifests.Loader); a case rapid.py
 takes and answers otherwise is printed. Too slow for the test suite (which keeps a hypothesis
 version of the second generator).
 """
@@ -18,9 +18,7 @@ import string
 
 import yaml
 
-from webhook.audit import rapid
-from webhook.audit.fastyaml import Documents
-from webhook.audit.sources import Loader
+from webhook.kubeyaml import Documents, Loader, rapid
 
 ATOMS = ["|\n  ", ">-\n  ", "\n    ", "key: ", "k: |\n  t\n", "\t", '"q"', "&a ", "*a", "!!str ", "? ", "a", "b", "x1",
          ":", ": ", "- ", "-", " ", "  ", "\n", "\n  ", "\n- ", "[", "]", "{", "}", ",", "'", '"', "#", "1", "0",

@@ -10,7 +10,7 @@ import pytest
 
 from tests.audit.apistub import ApiStub
 from webhook.cli import main
-from webhook.engine.yamlsource import plain_documents
+from webhook.kubeyaml import plain_documents
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -29,9 +29,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.audit import rapid
-from webhook.audit.fastyaml import Documents
-from webhook.audit.sources import Loader, read_manifests
+from webhook.audit.sources import read_manifests
+from webhook.kubeyaml import Documents, Loader, rapid
 
 CORPUS: list[tuple[str, object]] = [
     # booleans: go-yaml v2 resolveMapList (YAML 1.1 words, y/n included)

@@ -6,7 +6,7 @@ import re
 
 from tests.authoring.conftest import REPO
 from webhook.authoring.lint import lint
-from webhook.engine.yamlsource import plain_documents
+from webhook.kubeyaml import plain_documents
 
 DOC = REPO / "docs" / "authoring.md"
 BLOCK = re.compile(r"^```yaml\n(.*?)^```", re.DOTALL | re.MULTILINE)

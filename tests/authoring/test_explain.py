@@ -12,7 +12,7 @@ import yaml
 
 from tests.authoring.conftest import BASIC_RULES, RULES
 from webhook.cli import main
-from webhook.engine.yamlsource import plain_document
+from webhook.kubeyaml import plain_document
 
 POD = {
     "apiVersion": "v1",

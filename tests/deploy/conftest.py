@@ -13,7 +13,7 @@ import yaml
 from tests.support import REPO
 from webhook.certs import generate_bundle, service_dns_names, write_bundle
 from webhook.commands.manifests import render
-from webhook.engine.yamlsource import plain_documents
+from webhook.kubeyaml import plain_documents
 
 MANIFESTS = REPO / "manifests"
 OVERLAYS = ("audit", "enforce")

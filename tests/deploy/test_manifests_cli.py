@@ -12,8 +12,8 @@ from tests.deploy.conftest import MANIFESTS, by_kind, one
 from tests.support import RULES
 from webhook.cli import main
 from webhook.engine import RuleSet, rule_files
-from webhook.engine.yamlsource import plain_documents
 from webhook.install.kustomize import build
+from webhook.kubeyaml import plain_documents
 
 IMAGE = "reg.example/gpu-webhook@sha256:0123"
 WEBHOOKS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")

@@ -8,7 +8,7 @@ import pytest
 
 from webhook.cli import main
 from webhook.engine import RuleSet
-from webhook.engine.yamlsource import plain_documents
+from webhook.kubeyaml import plain_documents
 
 
 def render(ca_dir: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> list[dict]:

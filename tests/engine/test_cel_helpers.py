@@ -15,7 +15,7 @@ from webhook.engine.celhelpers import rewrite
 from webhook.engine.facts import TargetFacts, pod_containers
 from webhook.engine.resources import DEFAULT
 from webhook.engine.workloads import get_path, object_target, pod_template_targets
-from webhook.engine.yamlsource import plain_documents
+from webhook.kubeyaml import plain_documents
 
 
 def test_calls_are_rewritten_and_strings_left_alone() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from webhook.engine import AdmissionInput, Phase, evaluate
 from webhook.engine.loader import compile_documents
-from webhook.engine.yamlsource import load_documents
+from webhook.kubeyaml import load_documents
 
 BOTH = """
 apiVersion: gpu-webhook.io/v1alpha1

@@ -26,7 +26,7 @@ from webhook.engine.loader import compile_documents
 from webhook.engine.mutate import MUTATIONS, MutationKind
 from webhook.engine.resources import DEFAULT
 from webhook.engine.schema import POLICY_SCHEMA
-from webhook.engine.yamlsource import load_documents
+from webhook.kubeyaml import load_documents
 
 EXAMPLES = [(kind, args) for kind in MUTATIONS.values() for args in kind.examples]
 EXAMPLE_IDS = [f"{kind.name}-{i}" for kind in MUTATIONS.values() for i in range(len(kind.examples))]

@@ -6,7 +6,7 @@ from typing import Any
 
 from webhook.engine import NO_NAMESPACE_CONTEXT, AdmissionInput, Mode, Result, evaluate
 from webhook.engine.loader import compile_documents
-from webhook.engine.yamlsource import load_documents
+from webhook.kubeyaml import load_documents
 
 RULES = """
 apiVersion: gpu-webhook.io/v1alpha1

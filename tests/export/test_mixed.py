@@ -9,9 +9,9 @@ import yaml
 from tests.export.equivalence import EXTRA_RULES, pack_with_extras
 from tests.support import RULES
 from webhook.engine.loader import compile_documents
-from webhook.engine.yamlsource import load_documents
 from webhook.export import export, exported_rule_names
 from webhook.export.mixed import webhook_files
+from webhook.kubeyaml import load_documents
 
 
 def test_each_rule_runs_in_exactly_one_place(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ from webhook.engine import AdmissionInput, Phase, evaluate
 from webhook.engine.loader import compile_documents
 from webhook.engine.mutate import MUTATIONS
 from webhook.engine.workloads import pod_template_targets
-from webhook.engine.yamlsource import load_documents
+from webhook.kubeyaml import load_documents
 
 RULESET = load_rules_once(RULES).ruleset  # the session's `pack` (tests/conftest.py): one load, shared
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.engine import AdmissionInput, Decision, RuleSet, evaluate
-from webhook.engine.yamlsource import plain_document
+from webhook.kubeyaml import plain_document
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "rules"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.rules.rulekit import RULES
-from webhook.engine.yamlsource import plain_documents
+from webhook.kubeyaml import plain_documents
 
 
 def test_every_rule_file_holds_one_documented_rule(pack):

@@ -14,16 +14,11 @@ come from the cluster through the server's `get` and `fill`, not from the audite
 from __future__ import annotations
 
 import copy
-import io
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-import yaml
-
 from webhook.engine import AdmissionInput
 from webhook.engine.pointer import is_map
-
-from .blockyaml import Writer
 
 DEFAULT_NAMESPACE = "default"  # what kubectl uses when neither -n nor the kubeconfig context names one
 
@@ -145,89 +140,3 @@ def _with_namespace(obj: dict[str, Any] | None, namespace: str | None) -> dict[s
     if is_map(metadata) and metadata.get("namespace"):
         return obj
     return {**obj, "metadata": {**(metadata if is_map(metadata) else {}), "namespace": namespace}}
-
-
-class _PlainDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
-    """No anchors and aliases (&id001): a diff is read by people, and a patch may share values."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-    def resolve(self, kind: type, value: Any, implicit: tuple[bool, bool]) -> str:
-        # the emitter asks, twice per scalar, whether its text would read back as its tag; the
-        # answers depend on the text alone, and manifests repeat their texts
-        if kind is not yaml.ScalarNode:
-            return super().resolve(kind, value, implicit)
-        key = (value, implicit[0])
-        tag = _RESOLVED.get(key)
-        if tag is None:
-            if len(_RESOLVED) >= 1 << 16:
-                _RESOLVED.clear()
-            tag = _RESOLVED[key] = super().resolve(kind, value, implicit)
-        return tag
-
-
-_RESOLVED: dict[tuple[str, bool], str] = {}
-_STR, _INT, _BOOL, _NULL = (f"tag:yaml.org,2002:{t}" for t in ("str", "int", "bool", "null"))
-_MAP, _SEQ = "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
-
-
-def _node(value: Any, dumper: Any) -> Any:
-    """The node SafeRepresenter makes (default_flow_style=False, no aliases), without its dispatch.
-
-    JSON-like values (what manifests are) are built here; anything else goes to the representer.
-    """
-    kind = value.__class__
-    if kind is str:
-        return yaml.ScalarNode(_STR, value)
-    if kind is dict:
-        return yaml.MappingNode(
-            _MAP, [(_node(k, dumper), _node(v, dumper)) for k, v in value.items()], flow_style=False
-        )
-    if kind is list:
-        return yaml.SequenceNode(_SEQ, [_node(v, dumper) for v in value], flow_style=False)
-    if kind is bool:
-        return yaml.ScalarNode(_BOOL, "true" if value else "false")
-    if kind is int:
-        return yaml.ScalarNode(_INT, str(value))
-    if value is None:
-        return yaml.ScalarNode(_NULL, "null")
-    return dumper.represent_data(value)
-
-
-def plain_yaml(value: Any, width: int = 80) -> str:
-    """yaml.dump(value, sort_keys=False, default_flow_style=False) without aliases, the same bytes, faster."""
-    lines = BLOCK_WRITER.lines(value, width)
-    return "".join(lines) if lines is not None else pyyaml_dump(value, width)
-
-
-def plain_yaml_lines(value: Any, width: int = 80) -> list[str]:
-    """plain_yaml(value, width).splitlines(keepends=True), without joining and splitting them (diffs)."""
-    lines = BLOCK_WRITER.lines(value, width)
-    return lines if lines is not None else pyyaml_dump(value, width).splitlines(keepends=True)
-
-
-def plain_yaml_pair(before: Any, after: Any, width: int = 80) -> tuple[list[str], list[str]]:
-    """plain_yaml_lines of both sides of a diff; what `after` shares with `before` is written once."""
-    first, second = BLOCK_WRITER.pair(before, after, width)
-    if first is None:
-        first = pyyaml_dump(before, width).splitlines(keepends=True)
-    if second is None:
-        second = pyyaml_dump(after, width).splitlines(keepends=True)
-    return first, second
-
-
-def pyyaml_dump(value: Any, width: int) -> str:
-    """plain_yaml through PyYAML's dumper alone (what BLOCK_WRITER copies, and falls back to)."""
-    stream = io.StringIO()
-    dumper = _PlainDumper(stream, sort_keys=False, default_flow_style=False, width=width)
-    try:
-        dumper.open()
-        dumper.serialize(_node(value, dumper))
-        dumper.close()
-    finally:
-        dumper.dispose()
-    return stream.getvalue()
-
-
-BLOCK_WRITER = Writer(pyyaml_dump)  # manifest-like values line by line; PyYAML for anything it is unsure of

@@ -18,8 +18,9 @@ from typing import Any
 from webhook.engine import Mode, Phase, Result, RuleOutcome, RuleSet, evaluate
 from webhook.engine.model import DEFAULT_LIMITS, NO_NAMESPACE_CONTEXT, SEVERITY, Limits
 from webhook.engine.pointer import is_map
+from webhook.kubeyaml import plain_yaml_pair
 
-from .context import NamespaceContext, plain_yaml_pair
+from .context import NamespaceContext
 from .linediff import unified_diff
 from .sources import Item
 

@@ -2,8 +2,8 @@
 
 Everything here is a generator so that memory stays flat however large the input is:
 a file is read through rapidyaml and JSON where that provably builds what the reference
-`Loader` below builds (rapid.py: files up to 32 MiB, one file in memory at a time), else
-parsed document by document (libyaml's C composer and fastyaml's constructor), and a
+loader builds (webhook.kubeyaml: rapid.py, files up to 32 MiB, one file in memory at a time),
+else parsed document by document (libyaml's C composer and manifests.Documents), and a
 `kind: List` is unpacked as it is met. Only JSON files are read whole (orjson is far
 faster than any YAML loader, and a JSON file holds one document anyway).
 
@@ -24,57 +24,13 @@ from typing import IO, Any
 import orjson
 import yaml
 
-from webhook.engine.kubeyaml import KubeLoader
-
-from . import rapid
-from .fastyaml import Documents, json_key
+from webhook.kubeyaml import Documents, Loader, rapid
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 class SourceError(Exception):
     """An input that cannot be read or parsed: a usage error for the command (exit 2)."""
-
-
-class DuplicateKey(yaml.constructor.ConstructorError):
-    pass
-
-
-class Loader(KubeLoader):
-    """kubectl's reading of YAML (kubeyaml.KubeLoader), refusing duplicate keys: YAML says they are an
-    error, PyYAML keeps the last.
-
-    Concatenated manifests without `---` between them (`cat a.yaml b.yaml`) are one document
-    with every key twice; merged silently, they would audit as one object made of the last file.
-    """
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = json_key(self.construct_object(key_node, deep=True))
-            if isinstance(key, str | int | float | bool) and key in seen:
-                raise DuplicateKey(
-                    None,
-                    None,
-                    f"duplicate key {key!r} (are two documents missing a `---` between them?)",
-                    key_node.start_mark,
-                )
-            seen.add(key)
-        # built here rather than by SafeConstructor: `true:` and `1:` are one Python key but two JSON ones
-        self.flatten_mapping(node)  # merge keys (explicit keys win over merged ones, as in go-yaml)
-        mapping: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
-            key = json_key(self.construct_object(key_node, deep=deep))
-            try:
-                hash(key)
-            except TypeError:
-                raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping", node.start_mark, "found unhashable key", key_node.start_mark
-                ) from None
-            mapping[key] = self.construct_object(value_node, deep=deep)
-        return mapping
 
 
 Problem = Callable[[str], None]  # told "file:line: what is wrong"; the stream goes on

@@ -28,7 +28,7 @@ from webhook.engine.model import SourceLocation
 from webhook.engine.mutate import MUTATIONS
 from webhook.engine.schema import API_VERSION, POLICY_KIND
 from webhook.engine.workloads import BY_KIND
-from webhook.engine.yamlsource import Document, YamlError, load_documents
+from webhook.kubeyaml import Document, YamlError, load_documents
 
 from .celfields import field_problems, scope_for
 

@@ -37,7 +37,7 @@ from webhook.engine import (
 from webhook.engine.loader import RuleLoadError
 from webhook.engine.model import SourceLocation
 from webhook.engine.schema import TEST_KIND, TEST_SCHEMA
-from webhook.engine.yamlsource import Document, YamlError, load_documents
+from webhook.kubeyaml import Document, YamlError, load_documents
 
 _VALIDATOR = Draft202012Validator(TEST_SCHEMA)
 

@@ -9,7 +9,6 @@ from typing import Any
 import yaml
 
 from webhook.audit.context import NamespaceContext
-from webhook.audit.sources import Loader
 from webhook.authoring.explain import console, explain
 from webhook.commands.common import (
     EXIT_FAILED,
@@ -21,6 +20,7 @@ from webhook.commands.common import (
     namespaces_in,
     rule_paths,
 )
+from webhook.kubeyaml import Loader
 
 
 def register(commands: Any) -> None:

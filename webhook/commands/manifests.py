@@ -37,12 +37,12 @@ from webhook.commands.common import (
 )
 from webhook.engine import rule_files
 from webhook.engine.schema import TEST_KIND
-from webhook.engine.yamlsource import document_kinds
 from webhook.export import CLAIMS_MODES, CLAIMS_REFUSE, export
 from webhook.export.mixed import webhook_files
 from webhook.export.versions import DEFAULT_VERSION, Release
 from webhook.install.kustomize import KustomizeError, build, sort_objects
 from webhook.install.registration import configmap_ruleset, derive
+from webhook.kubeyaml import document_kinds
 
 SERVICE, NAMESPACE, RULES_CONFIGMAP, TLS_SECRET = "gpu-webhook", "gpu-webhook", "gpu-webhook-rules", "gpu-webhook-tls"
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")

@@ -16,6 +16,8 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from webhook.kubeyaml import Document, YamlError, load_documents
+
 from .cel import CelCompileError, CelEnvironment, CompiledExpression
 from .inputs import rule_inputs
 from .model import Action, KindApi, LabelSelector, LoadError, Match, Rule, SourceLocation, Validation
@@ -23,7 +25,6 @@ from .mutate import MUTATIONS, Mutation, build_mutation
 from .resources import DEFAULT_ACCELERATORS, DEFAULT_DEVICE_CLASSES, Accelerators
 from .ruleset import RuleSet
 from .schema import API_VERSION, CONFIG_KIND, CONFIG_SCHEMA, POLICY_KIND, POLICY_SCHEMA, TEST_KIND
-from .yamlsource import Document, YamlError, load_documents
 
 RULE_SUFFIXES = (".yaml", ".yml")
 # what each kind of expression must give; DYN (unknown until run time) is accepted everywhere

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 import yaml
 
 from webhook.engine.schema import POLICY_KIND
-from webhook.engine.yamlsource import plain_documents
+from webhook.kubeyaml import plain_documents
 
 
 def webhook_files(data: Mapping[str, str], exported: Iterable[str]) -> dict[str, str]:

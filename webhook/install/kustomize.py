@@ -15,7 +15,7 @@ from typing import Any
 
 import jsonpatch
 
-from webhook.engine.yamlsource import plain_document, plain_documents
+from webhook.kubeyaml import plain_document, plain_documents
 
 Object = dict[str, Any]
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")

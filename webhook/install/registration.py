@@ -37,7 +37,7 @@ from webhook.engine.model import KindApi
 from webhook.engine.resources import Accelerators
 from webhook.engine.schema import TEST_KIND
 from webhook.engine.workloads import BY_KIND, KINDS, WORKLOAD_KINDS, WorkloadKind
-from webhook.engine.yamlsource import load_documents
+from webhook.kubeyaml import load_documents
 
 MUTATING, VALIDATING = "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"
 CONFIGURATION_NAMES = {MUTATING: "gpu-webhook-mutating", VALIDATING: "gpu-webhook-validating"}

@@ -14,8 +14,8 @@ from typing import Any, TextIO
 import orjson
 
 from webhook.engine import RuleOutcome
+from webhook.kubeyaml import plain_yaml
 
-from ..context import plain_yaml
 from ..results import ObjectResult, Tally
 
 

@@ -1,4 +1,4 @@
-"""blockyaml writes simple strings as PyYAML does without asking the dumper: pinned to the dumper itself."""
+"""block.py writes simple strings as PyYAML does without asking the dumper: pinned to the dumper itself."""
 
 from __future__ import annotations
 
@@ -8,26 +8,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.audit import blockyaml
-from webhook.audit.context import plain_yaml, pyyaml_dump
+from webhook.kubeyaml import block, plain_yaml, pyyaml_dump
 
 # what the fast path takes: a letter first, then letters, digits and `_./-`
 SIMPLE = st.from_regex(r"\A[A-Za-z][A-Za-z0-9_./-]{0,12}\Z")
 # YAML 1.1's words (PyYAML's bool and null resolvers) and their near misses, which PyYAML writes plain
-WORDS = [*sorted(blockyaml._WORDS), "y", "n", "Y", "N", "yES", "nULL", "nan", "inf", "tRUE", "Off1", "on-", "no."]
+WORDS = [*sorted(block._WORDS), "y", "n", "Y", "N", "yES", "nULL", "nan", "inf", "tRUE", "Off1", "on-", "no."]
 
 
 @settings(max_examples=600, deadline=None)
 @given(SIMPLE)
 def test_simple_strings_are_written_as_the_dumper_writes_them(text):
-    assert blockyaml._PLAIN.fullmatch(text)
-    taken = text not in blockyaml._WORDS
+    assert block._PLAIN.fullmatch(text)
+    taken = text not in block._WORDS
     assert (pyyaml_dump({"k": text}, 1 << 20) == f"k: {text}\n") is taken
 
 
 @pytest.mark.parametrize("word", WORDS)
 def test_yaml_words_stay_the_dumpers(word):
-    writer = blockyaml.Writer(pyyaml_dump)
+    writer = block.Writer(pyyaml_dump)
     assert writer.lines({"k": word, "l": [word]}) == pyyaml_dump({"k": word, "l": [word]}, 80).splitlines(True)
 
 
@@ -80,12 +79,12 @@ def edited(draw):
 @given(edited())
 def test_pair_writes_what_lines_writes(documents):
     before, after = documents
-    writer = blockyaml.Writer(pyyaml_dump)
+    writer = block.Writer(pyyaml_dump)
     assert writer.pair(before, after) == (writer.lines(before), writer.lines(after))
 
 
 def test_pair_does_not_copy_values_python_finds_equal():
-    writer = blockyaml.Writer(pyyaml_dump)
+    writer = block.Writer(pyyaml_dump)
     for one, other in (({"a": 1}, {"a": True}), ({"a": 1}, {"a": 1.0}), ({"a": 1, "b": 2}, {"b": 2, "a": 1})):
         before, after = {"spec": {"x": one}}, {"spec": {"x": other}}
         assert writer.pair(before, after) == (writer.lines(before), writer.lines(after))

@@ -1,4 +1,4 @@
-"""blockyaml writes the bytes PyYAML writes (context.plain_yaml), or leaves the document to PyYAML."""
+"""block.py writes the bytes PyYAML writes (plain_yaml), or leaves the document to PyYAML."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.audit.context import BLOCK_WRITER, plain_yaml, pyyaml_dump
 from webhook.audit.sources import read_manifests
+from webhook.kubeyaml import BLOCK_WRITER, plain_yaml, pyyaml_dump
 
 _TEXTS = st.one_of(
     st.sampled_from(

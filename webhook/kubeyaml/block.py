@@ -1,23 +1,28 @@
-"""The block YAML that context.plain_yaml writes, built line by line in Python for manifest-like values.
+"""Block YAML as PyYAML writes it, for diffs and reports: `plain_yaml`, and the lines of both sides of a diff.
 
-A diff renders the object twice (submitted and mutated): with PyYAML's dumper that was ~180 µs per
-pod, more than the engine spent on it. Manifests are mappings and lists of short scalars, whose
-block layout is simple (PyYAML's defaults: indent 2, sequences inside mappings not indented,
-`{}`/`[]` for empty collections). The text of each scalar is still PyYAML's: the first time a
-value (or key) is met, the dumper writes it alone on one line, and that text is kept, so quoting
-(`'yes'`, `'1'`, `"caf\\xE9"`) is the dumper's own. `lines()` returns None, and the caller dumps
-with PyYAML, whenever the layout could differ: a scalar written on several lines, one that PyYAML
-could fold at the line width, a key that is not a simple one-line string, or a document that is
-not a mapping or a list. tests/audit/test_blockyaml.py compares both on generated values.
+`plain_yaml(value)` is yaml.dump(value, sort_keys=False, default_flow_style=False) without
+anchors and aliases, to the byte. A diff renders the object twice (submitted and mutated), and
+PyYAML's dumper alone (`pyyaml_dump`) costs ~180 µs per pod, more than the engine spends on it.
+So `Writer` builds the lines in Python for manifest-like values: mappings and lists of short
+scalars, whose block layout is simple (PyYAML's defaults: indent 2, sequences inside mappings
+not indented, `{}`/`[]` for empty collections). The text of each scalar is still PyYAML's: the
+first time a value (or key) is met, the dumper writes it alone on one line, and that text is
+kept, so quoting (`'yes'`, `'1'`, `"caf\\xE9"`) is the dumper's own. `lines()` returns None, and
+the caller dumps with PyYAML, whenever the layout could differ: a scalar written on several
+lines, one that PyYAML could fold at the line width, a key that is not a simple one-line
+string, or a document that is not a mapping or a list. tests/audit/test_yaml_block.py compares
+both on generated values.
 """
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Callable
 from typing import Any
 
 import orjson
+import yaml
 
 _CACHE_LIMIT = 1 << 14  # distinct scalars remembered; cleared when full (memory stays flat)
 
@@ -51,7 +56,7 @@ class _Unsure(Exception):
 
 
 class Writer:
-    """Lines of `dump(value)` for a dumper `dump(value, width) -> str` (context.plain_yaml's PyYAML path)."""
+    """Lines of `dump(value)` for a dumper `dump(value, width) -> str` (pyyaml_dump below)."""
 
     def __init__(self, dump: Callable[[Any, int], str]) -> None:
         self.dump = dump
@@ -212,3 +217,84 @@ class Writer:
                 if text is None or (len(line) + len(text) > width and (" " in text or text[:1] == '"')):
                     text = self._scalar(item, len(line), width)  # a miss, or _Unsure
                 out.append(line + text + "\n")
+
+
+class _PlainDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """No anchors and aliases (&id001): a diff is read by people, and a patch may share values."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+    def resolve(self, kind: type, value: Any, implicit: tuple[bool, bool]) -> str:
+        # the emitter asks, twice per scalar, whether its text would read back as its tag; the
+        # answers depend on the text alone, and manifests repeat their texts
+        if kind is not yaml.ScalarNode:
+            return super().resolve(kind, value, implicit)  # type: ignore[no-any-return]
+        key = (value, implicit[0])
+        tag = _RESOLVED.get(key)
+        if tag is None:
+            if len(_RESOLVED) >= 1 << 16:
+                _RESOLVED.clear()
+            tag = _RESOLVED[key] = super().resolve(kind, value, implicit)
+        return tag
+
+
+_RESOLVED: dict[tuple[str, bool], str] = {}
+_STR, _INT, _BOOL, _NULL = (f"tag:yaml.org,2002:{t}" for t in ("str", "int", "bool", "null"))
+_MAP, _SEQ = "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+
+
+def _node(value: Any, dumper: Any) -> Any:
+    """The node SafeRepresenter makes (default_flow_style=False, no aliases), without its dispatch.
+
+    JSON-like values (what manifests are) are built here; anything else goes to the representer.
+    """
+    kind = value.__class__
+    if kind is str:
+        return yaml.ScalarNode(_STR, value)
+    if kind is dict:
+        return yaml.MappingNode(
+            _MAP, [(_node(k, dumper), _node(v, dumper)) for k, v in value.items()], flow_style=False
+        )
+    if kind is list:
+        return yaml.SequenceNode(_SEQ, [_node(v, dumper) for v in value], flow_style=False)
+    if kind is bool:
+        return yaml.ScalarNode(_BOOL, "true" if value else "false")
+    if kind is int:
+        return yaml.ScalarNode(_INT, str(value))
+    if value is None:
+        return yaml.ScalarNode(_NULL, "null")
+    return dumper.represent_data(value)
+
+
+def plain_yaml(value: Any, width: int = 80) -> str:
+    """yaml.dump(value, sort_keys=False, default_flow_style=False) without aliases, the same bytes, faster."""
+    lines = BLOCK_WRITER.lines(value, width)
+    return "".join(lines) if lines is not None else pyyaml_dump(value, width)
+
+
+def plain_yaml_pair(before: Any, after: Any, width: int = 80) -> tuple[list[str], list[str]]:
+    """The lines (ends kept) of plain_yaml(before) and plain_yaml(after), for a diff: what `after`
+    shares with `before` is written once."""
+    first, second = BLOCK_WRITER.pair(before, after, width)
+    if first is None:
+        first = pyyaml_dump(before, width).splitlines(keepends=True)
+    if second is None:
+        second = pyyaml_dump(after, width).splitlines(keepends=True)
+    return first, second
+
+
+def pyyaml_dump(value: Any, width: int) -> str:
+    """plain_yaml through PyYAML's dumper alone (what BLOCK_WRITER copies, and falls back to)."""
+    stream = io.StringIO()
+    dumper = _PlainDumper(stream, sort_keys=False, default_flow_style=False, width=width)
+    try:
+        dumper.open()
+        dumper.serialize(_node(value, dumper))
+        dumper.close()
+    finally:
+        dumper.dispose()
+    return stream.getvalue()
+
+
+BLOCK_WRITER = Writer(pyyaml_dump)  # manifest-like values line by line; PyYAML for anything it is unsure of

@@ -1,10 +1,16 @@
 """Safe YAML loading that remembers where every value and key came from (file:line:column).
 
-Only the safe loader is used: no tag can build a Python object. Duplicate keys are
-reported rather than silently keeping the last one. Aliases share the value built for
-their anchor, and a document whose aliases would expand past MAX_EXPANDED_VALUES (a
-"billion laughs"), or refer to themselves, is refused: code that walks or copies rule
-values (schema checks, the `merge` mutation on every request) must never meet one.
+Rule files and GPUPolicyTest suites are read here, so that schema and CEL errors name the
+file, line and column. Only the safe loader is used: no tag can build a Python object.
+Plain scalars are kubectl's (scalars.py). Duplicate keys are reported rather than silently
+keeping the last one. Aliases share the value built for their anchor, and a document whose
+aliases would expand past MAX_EXPANDED_VALUES (a "billion laughs"), or refer to themselves,
+is refused: code that walks or copies rule values (schema checks, the `merge` mutation on
+every request) must never meet one.
+
+Beside it, the reads that need no positions: `plain_documents` and `plain_document`
+(yaml.safe_load at libyaml's speed, for the project's own YAML: kustomize files, the rules
+ConfigMap) and `document_kinds` (the top-level kinds, without building the values).
 """
 
 from __future__ import annotations
@@ -14,9 +20,9 @@ from typing import Any
 
 import yaml
 
-from .kubeyaml import KubeLoader, json_key
-from .pointer import Path
+from .scalars import KubeLoader, json_key
 
+Path = tuple[str | int, ...]  # keys and list indexes from the document's root (webhook.engine.pointer's Path)
 MAX_EXPANDED_VALUES = 100_000
 _PLAIN_COLLECTIONS = frozenset({"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"})
 
@@ -129,7 +135,7 @@ def load_documents(text: str, file: str, skip_kinds: frozenset[str] = frozenset(
     Mappings whose top-level `kind` is in `skip_kinds` are left out unbuilt (the rule loader
     skips the test suites beside the rules: most of the pack's bytes).
     """
-    # rule files and the objects in suites as kubectl reads YAML, like `audit` and `explain` (kubeyaml.py)
+    # rule files and the objects in suites as kubectl reads YAML, like `audit` and `explain` (scalars.py)
     loader = KubeLoader(text)
     documents: list[Document] = []
     lines = text.splitlines()

@@ -7,10 +7,10 @@ y/n are booleans, `1e3` is a float, `0o17` an int, `08` a float, `1:20` a string
 stay strings (decode.go: "for backward compatibility reasons we set it as a string"). JSON keys
 are strings, so `true:` and `1:` become "true" and "1".
 
-The audit's loaders (webhook/audit: fastyaml, rapid, sources) and the rule loader (yamlsource:
-rule files and the objects of GPUPolicyTest suites) both resolve scalars here, so `gpu-webhook
-test`, `explain` and `audit` read one manifest to the same object. tests/audit/test_yaml_compat.py
-holds the corpus of what kubectl makes of each case.
+The manifest readers (manifests.py, rapid.py: `audit`, `explain`) and the located loader
+(located.py: rule files and the objects of GPUPolicyTest suites) all resolve scalars here, so
+`gpu-webhook test`, `explain` and `audit` read one manifest to the same object.
+tests/audit/test_yaml_compat.py holds the corpus of what kubectl makes of each case.
 """
 
 from __future__ import annotations
@@ -81,8 +81,8 @@ def json_key(key: Any) -> Any:
 class KubeLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """The safe loader (libyaml's where compiled in) with plain scalars resolved by go_plain.
 
-    Merge keys (`<<`) stay YAML's, as go-yaml v2 also merges them. The audit's reference
-    loader and the rule loader both build on this class.
+    Merge keys (`<<`) stay YAML's, as go-yaml v2 also merges them. The reference manifest
+    loader (manifests.Loader) and the located loader (located.load_documents) both build on it.
     """
 
     def resolve(self, kind: type, value: Any, implicit: tuple[bool, bool]) -> str:

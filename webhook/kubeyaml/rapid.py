@@ -1,12 +1,12 @@
 """Whole manifest files through rapidyaml (C++) and JSON, where that provably reads what kubectl reads.
 
-The libyaml path (fastyaml.py) builds a Python node object per scalar before building the value:
+The libyaml path (manifests.Documents) builds a Python node object per scalar before building the value:
 most of an audit's time with few rules. rapidyaml parses a file into its own C++ tree and writes
 it as one JSON text, a stream as an array of its documents (quoted YAML scalars stay JSON strings;
 plain ones that are JSON numbers, true, false or null are written bare, everything else quoted),
 which orjson reads: ~7x less CPU, and the checks below run once per file, not per document.
 
-That route is only taken when it cannot differ from the reference loader (sources.Loader, whose
+That route is only taken when it cannot differ from the reference loader (manifests.Loader, whose
 answers tests/audit/test_yaml_compat.py pins to kubectl's); otherwise `documents()` returns None
 and the caller reads the file with the libyaml path, which then also words any error with its
 file:line:column. The file is refused up front when its text has anything the JSON route does
@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 from yaml._yaml import CParser as _CParser
 
-from .fastyaml import go_plain, json_key
+from .scalars import go_plain, json_key
 
 try:  # an optional accelerator: without it every file takes the libyaml path
     import ryml
@@ -57,7 +57,7 @@ _UNSAFE_ANYWHERE = re.compile(
 # or `:`); elsewhere (`a*b`, `http://x?y`) the character is part of a plain scalar
 _INDICATOR = re.compile(rb"(?:^|(?<=[\s\[{,:]))[!&*?]", re.MULTILINE)
 # JSON strings that might not be strings to go-yaml (a superset of its words and numbers: each
-# match is then checked exactly with fastyaml.go_plain, as matches are rare)
+# match is then checked exactly with scalars.go_plain, as matches are rare)
 _WORDS = "y|Y|yes|Yes|YES|true|True|TRUE|on|On|ON|n|N|no|No|NO|false|False|FALSE|off|Off|OFF|~|null|Null|NULL"
 # (a number to go-yaml has only the characters of ints, floats, 0x / 0o / 0b and `_` after its first digit)
 _NUMBER = rb"[-+]?\.?[0-9][0-9a-fA-FoOxX_.+-]*"

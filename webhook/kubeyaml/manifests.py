@@ -1,9 +1,14 @@
-"""A faster way to the same Python objects as the reference loader (sources.Loader), document by document.
+"""Manifests read as kubectl reads them: the reference loader, and a faster way to the same objects.
+
+`Loader` is the reference: kubectl's reading of YAML (scalars.KubeLoader: go-yaml v2's plain
+scalars, JSON's string keys) that refuses duplicate keys; `explain` reads its one file with it.
+`Documents` builds the same Python objects document by document, faster: `audit` reads the
+streams and files that rapid.py leaves to it this way.
 
 Profiling `audit` showed most of its time in PyYAML: libyaml scans and composes in C, but
 every scalar then goes through the pure-Python resolver (a regex walk per value) and the
-pure-Python constructor (several method calls per node). Here libyaml still composes the
-node tree (so marks, anchors and errors are libyaml's), but:
+pure-Python constructor (several method calls per node). `Documents` still has libyaml compose
+the node tree (so marks, anchors and errors are libyaml's), but:
 
 - the resolver only says "plain" or "quoted" (no regexes), and
 - one tight recursive function builds the objects; a plain scalar is resolved by the reference
@@ -21,9 +26,52 @@ from __future__ import annotations
 
 from typing import IO, Any
 
+import yaml
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
-from webhook.engine.kubeyaml import KUBE_PLAIN, go_plain, json_key
+from .scalars import KUBE_PLAIN, KubeLoader, go_plain, json_key
+
+
+class DuplicateKey(yaml.constructor.ConstructorError):
+    pass
+
+
+class Loader(KubeLoader):
+    """kubectl's reading of YAML (scalars.KubeLoader), refusing duplicate keys: YAML says they are an
+    error, PyYAML keeps the last.
+
+    Concatenated manifests without `---` between them (`cat a.yaml b.yaml`) are one document
+    with every key twice; merged silently, they would audit as one object made of the last file.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = json_key(self.construct_object(key_node, deep=True))
+            if isinstance(key, str | int | float | bool) and key in seen:
+                raise DuplicateKey(
+                    None,
+                    None,
+                    f"duplicate key {key!r} (are two documents missing a `---` between them?)",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+        # built here rather than by SafeConstructor: `true:` and `1:` are one Python key but two JSON ones
+        self.flatten_mapping(node)  # merge keys (explicit keys win over merged ones, as in go-yaml)
+        mapping: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = json_key(self.construct_object(key_node, deep=deep))
+            try:
+                hash(key)
+            except TypeError:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark, "found unhashable key", key_node.start_mark
+                ) from None
+            mapping[key] = self.construct_object(value_node, deep=deep)
+        return mapping
+
 
 _PLAIN = "?plain"  # a tag no YAML document can spell: "resolve me from the text"
 _STR = "tag:yaml.org,2002:str"
@@ -41,7 +89,7 @@ class _Slow(Exception):
 def make_loader(reference: type) -> type:
     """A loader class built on `reference` (a CSafeLoader subclass) that composes with fast tags."""
 
-    class FastLoader(reference):  # type: ignore[misc,valid-type]
+    class FastLoader(reference):  # type: ignore[misc]
         def resolve(self, kind: type, value: Any, implicit: tuple[bool, bool]) -> str:
             if kind is ScalarNode:
                 return _PLAIN if implicit[0] else _STR
@@ -49,8 +97,8 @@ def make_loader(reference: type) -> type:
 
         # path resolvers (unused) are entered and left around every node the composer builds:
         # C callables that ignore their arguments instead of two Python frames per node
-        descend_resolver = staticmethod(slice)  # type: ignore[assignment]
-        ascend_resolver = staticmethod(tuple)  # type: ignore[assignment]
+        descend_resolver = staticmethod(slice)
+        ascend_resolver = staticmethod(tuple)
 
     return FastLoader
 
