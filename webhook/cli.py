@@ -2,11 +2,15 @@
 
 Exit codes everywhere: 0 ok, 1 violations or failed tests, 2 usage or configuration error.
 
-Only the module of the command being run is imported (`audit` does not load the server, aiohttp,
-cryptography or the exporter: that was a sixth of a 20k-object audit's CPU); the other commands
-get empty placeholders that argparse never shows. Without a known command (`--help`, a typo)
-every module is imported, so the help lists them all. A command module that is missing or fails
-to import is an error of the installation, reported as such (exit 2), never a command left out.
+Every command module is light: its register() uses argparse and webhook.commands.common only,
+and its run() imports the machinery it needs (the engine, aiohttp, the kubernetes client,
+cryptography, the exporter, rich) when it runs. So `--help` and `--version`, which import every
+command module to list them all, import none of that machinery (tests/authoring/test_cli_startup.py
+names the modules that building the parser must not import).
+Only the module of the command being run is imported; the other commands get empty placeholders
+that argparse never shows. A command module that is missing or fails to import, or a module its
+run() imports that is, is an error of the installation, reported as such (exit 2), never a
+command left out or a traceback.
 """
 
 from __future__ import annotations
@@ -119,6 +123,13 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.run(args) or 0)
     except UsageError as error:
         return fail(str(error))
+    except ImportError as error:  # what run() imports when it runs: a dependency missing or broken
+        print(
+            f"gpu-webhook: error: the `{args.command}` command cannot run ({type(error).__name__}: {error}): "
+            "the installation is incomplete or broken; reinstall gpu-webhook",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     except BrokenPipeError:  # `gpu-webhook audit ... | head` (an OSError: before the next clause)
         return 0
     except OSError as error:  # a port in use, an unknown host, a path that is a file: the user's to fix

@@ -1,4 +1,8 @@
-"""What every command shares: where the default rules live, shared options, and how problems are reported."""
+"""What every command shares: where the default rules live, shared options, and how problems are reported.
+
+Light on purpose: every command's register() imports this module to build the parser (`--help`,
+`--version`), so the engine is imported when a command loads rules, not before.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,11 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from webhook.engine import RuleSet, load_rules
-from webhook.engine.loader import RuleLoadError
+if TYPE_CHECKING:
+    from webhook.engine import LoadResult, RuleSet
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 _CHECKOUT = Path(__file__).resolve().parents[2]
@@ -24,6 +27,8 @@ class UsageError(Exception):
 
 def packaged(name: str) -> Path:
     """A directory shipped inside the package (webhook/data/NAME: the rule pack, the manifests)."""
+    from importlib import resources
+
     return Path(str(resources.files("webhook") / "data" / name))
 
 
@@ -49,6 +54,13 @@ def rule_paths(given: list[str] | None) -> list[str]:
     return given or [default_rules_dir()]
 
 
+def load_rules(paths: Sequence[str | os.PathLike[str]]) -> LoadResult:
+    """webhook.engine.load_rules, imported on the first call (a module attribute: tests share one load)."""
+    from webhook.engine import load_rules as load
+
+    return load(paths)
+
+
 def load_ruleset(paths: Sequence[str | os.PathLike[str]] | str, announce: bool = True) -> RuleSet:
     """Load rules or raise UsageError listing every problem (file:line:column: rule NAME: message).
 
@@ -56,6 +68,8 @@ def load_ruleset(paths: Sequence[str | os.PathLike[str]] | str, announce: bool =
     names the wrong path, or the default where a site's rules were meant, shows at once
     (stderr: stdout stays the command's output, which programs read).
     """
+    from webhook.engine.loader import RuleLoadError
+
     named = [paths] if isinstance(paths, str) else list(paths)
     try:
         ruleset = load_rules(named).require()
@@ -97,6 +111,12 @@ def warn(message: str) -> None:
 
 
 RULES_DEFAULT = "$GPU_WEBHOOK_RULES, else the rule pack installed with gpu-webhook"
+
+# `export` and `manifests --native` show these; their owners (webhook.export.policies, .versions) import
+# the exporter and the engine, so the parser keeps copies (tests/authoring/test_cli_startup.py: equal)
+CLAIMS_REFUSE, CLAIMS_UNRESOLVED = "refuse", "unresolved"
+CLAIMS_MODES = (CLAIMS_REFUSE, CLAIMS_UNRESOLVED)
+DEFAULT_KUBERNETES_VERSION = "1.36"
 
 
 def add_rules(parser: argparse.ArgumentParser, default: str = RULES_DEFAULT) -> None:

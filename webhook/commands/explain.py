@@ -6,10 +6,6 @@ import argparse
 import sys
 from typing import Any
 
-import yaml
-
-from webhook.audit.context import NamespaceContext
-from webhook.authoring.explain import console, explain
 from webhook.commands.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -20,7 +16,6 @@ from webhook.commands.common import (
     namespaces_in,
     rule_paths,
 )
-from webhook.kubeyaml import Loader
 
 
 def register(commands: Any) -> None:
@@ -50,6 +45,9 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from webhook.audit.context import NamespaceContext
+    from webhook.authoring.explain import console, explain
+
     if args.operation == "UPDATE" and not args.old:
         raise UsageError("--operation UPDATE needs --old FILE")
     ruleset = load_ruleset(rule_paths(args.rules))
@@ -84,6 +82,10 @@ def _check_namespace(obj: dict[str, Any] | None, namespace: str | None) -> None:
 
 def _read(path: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """The one object in the file, and the Namespace objects beside it."""
+    import yaml
+
+    from webhook.kubeyaml import Loader
+
     try:
         if path == "-":
             text = sys.stdin.read()

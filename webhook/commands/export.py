@@ -13,10 +13,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from webhook.commands.common import EXIT_OK, UsageError, add_rules, load_ruleset, rule_paths
-from webhook.export import CLAIMS_MODES, CLAIMS_REFUSE, TARGETS, export
-from webhook.export.render import render, table
-from webhook.export.versions import DEFAULT_VERSION, Release
+from webhook.commands.common import (
+    CLAIMS_MODES,
+    CLAIMS_REFUSE,
+    DEFAULT_KUBERNETES_VERSION,
+    EXIT_OK,
+    UsageError,
+    add_rules,
+    load_ruleset,
+    rule_paths,
+)
+
+TARGETS = ("vap", "map", "all")  # webhook.export.TARGETS, without importing the exporter to build the parser
 
 
 def register(commands: Any) -> None:
@@ -28,8 +36,8 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--kubernetes-version",
         metavar="X.Y",
-        default=DEFAULT_VERSION,
-        help=f"the cluster's release: picks the API versions (default: {DEFAULT_VERSION})",
+        default=DEFAULT_KUBERNETES_VERSION,
+        help=f"the cluster's release: picks the API versions (default: {DEFAULT_KUBERNETES_VERSION})",
     )
     parser.add_argument(
         "--claims",
@@ -46,6 +54,10 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from webhook.export import export
+    from webhook.export.render import render, table
+    from webhook.export.versions import Release
+
     try:
         release = Release.parse(args.kubernetes_version)
         result = export(load_ruleset(rule_paths(args.rules)), args.target, release, args.claims)

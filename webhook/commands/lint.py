@@ -7,7 +7,6 @@ import os
 import sys
 from typing import Any
 
-from webhook.authoring.lint import lint
 from webhook.commands.common import EXIT_FAILED, EXIT_OK, RULES_DEFAULT, UsageError, rule_paths
 
 
@@ -20,6 +19,8 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from webhook.authoring.lint import lint
+
     paths = rule_paths(args.rules)
     for path in paths:
         if not os.path.exists(path):

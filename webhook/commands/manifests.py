@@ -17,16 +17,14 @@ only this command, which adds the three things above, adds components/fail-close
 from __future__ import annotations
 
 import argparse
-import base64
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import yaml
-
-from webhook.certs import CA_FILE, CERT_FILE, KEY_FILE, check_bundle
 from webhook.commands.common import (
+    CLAIMS_MODES,
+    CLAIMS_REFUSE,
+    DEFAULT_KUBERNETES_VERSION,
     UsageError,
     add_rules,
     default_manifests_dir,
@@ -35,14 +33,9 @@ from webhook.commands.common import (
     rule_paths,
     warn,
 )
-from webhook.engine import rule_files
-from webhook.engine.schema import TEST_KIND
-from webhook.export import CLAIMS_MODES, CLAIMS_REFUSE, export
-from webhook.export.mixed import webhook_files
-from webhook.export.versions import DEFAULT_VERSION, Release
-from webhook.install.kustomize import KustomizeError, build, sort_objects
-from webhook.install.registration import configmap_ruleset, derive
-from webhook.kubeyaml import document_kinds
+
+if TYPE_CHECKING:
+    from webhook.export.versions import Release
 
 SERVICE, NAMESPACE, RULES_CONFIGMAP, TLS_SECRET = "gpu-webhook", "gpu-webhook", "gpu-webhook-rules", "gpu-webhook-tls"
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
@@ -77,7 +70,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         "output) and are left out of the webhook's rules ConfigMap, so each rule runs in exactly one place",
     )
     parser.add_argument(
-        "--kubernetes-version", metavar="X.Y", default=DEFAULT_VERSION, help="with --native: the cluster's release"
+        "--kubernetes-version",
+        metavar="X.Y",
+        default=DEFAULT_KUBERNETES_VERSION,
+        help="with --native: the cluster's release",
     )
     parser.add_argument(
         "--claims", choices=CLAIMS_MODES, default=CLAIMS_REFUSE, help="with --native: as `gpu-webhook export --claims`"
@@ -86,11 +82,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-# libyaml's emitter when PyYAML has it (the pure-Python one takes ~0.2 s on the manifests with the pack)
-_DUMPER: type = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-
-
 def run(args: argparse.Namespace) -> int:
+    import yaml
+
     documents = render(
         manifests=Path(args.manifests),
         overlay=args.overlay,
@@ -103,7 +97,9 @@ def run(args: argparse.Namespace) -> int:
     )
     if not args.image:
         _check_placeholder_image(documents)
-    yaml.dump_all(documents, sys.stdout, Dumper=_DUMPER, sort_keys=False, default_flow_style=False, width=120)
+    # libyaml's emitter when PyYAML has it (the pure-Python one takes ~0.2 s on the manifests with the pack)
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    yaml.dump_all(documents, sys.stdout, Dumper=dumper, sort_keys=False, default_flow_style=False, width=120)
     return 0
 
 
@@ -151,6 +147,12 @@ def render(
     secret: bool = True,
     native: NativeMode | None = None,
 ) -> list[dict[str, Any]]:
+    import base64
+
+    from webhook.certs import CA_FILE, check_bundle
+    from webhook.install.kustomize import KustomizeError, build, sort_objects
+    from webhook.install.registration import configmap_ruleset, derive
+
     cert_manager = "cert-manager" in components
     if cert_manager and ca_dir is not None:
         raise UsageError("--ca and the cert-manager component are alternatives: cert-manager injects the caBundle")
@@ -196,13 +198,14 @@ def render(
     return sort_objects(objects)
 
 
-@dataclass(frozen=True)
-class NativeMode:
+class NativeMode(NamedTuple):  # not a dataclass: `dataclasses` is 8 ms of imports that --help would pay
     release: Release
     claims: str
 
 
 def native_mode(version: str, claims: str) -> NativeMode:
+    from webhook.export.versions import Release
+
     try:
         return NativeMode(Release.parse(version), claims)
     except ValueError as error:
@@ -215,6 +218,9 @@ def native_policies(configmap: dict[str, Any], rules: list[str] | str, mode: Nat
     A rule exported narrower than it is (e.g. CREATE only) stays with the webhook and is not
     exported at all, so no rule runs in both places.
     """
+    from webhook.export import export
+    from webhook.export.mixed import webhook_files
+
     try:
         # rules_configmap has announced these rules (common.load_ruleset): once is enough
         result = export(load_ruleset(rules, announce=False), "all", mode.release, mode.claims)
@@ -227,6 +233,8 @@ def native_policies(configmap: dict[str, Any], rules: list[str] | str, mode: Nat
 
 def rules_configmap(rules: list[str] | str) -> dict[str, Any]:
     """Every rule file of every path as one key. Loading them first means a broken pack is never shipped."""
+    from webhook.engine import rule_files
+
     paths = [rules] if isinstance(rules, str) else rules
     load_ruleset(paths)
     data: dict[str, str] = {}
@@ -259,10 +267,17 @@ def rules_configmap(rules: list[str] | str) -> dict[str, Any]:
 
 
 def _only_test_suites(text: str) -> bool:
+    from webhook.engine.schema import TEST_KIND
+    from webhook.kubeyaml import document_kinds
+
     return TEST_KIND in text and set(document_kinds(text)) == {TEST_KIND}
 
 
 def tls_secret(ca_dir: Path) -> dict[str, Any]:
+    import base64
+
+    from webhook.certs import CA_FILE, CERT_FILE, KEY_FILE
+
     return {
         "apiVersion": "v1",
         "kind": "Secret",

@@ -6,18 +6,22 @@ import argparse
 import os
 from typing import Any
 
-from webhook.authoring.schemas import FILES, render, write
 from webhook.commands.common import EXIT_OK, UsageError
+
+# the keys of webhook.authoring.schemas.FILES, in its order (that module imports the engine's schemas)
+KINDS = ("GPUPolicy", "GPUPolicyTest", "GPUWebhookConfig")
 
 
 def register(commands: Any) -> None:
     parser = commands.add_parser("schema", help="write the JSON Schemas of GPUPolicy and GPUPolicyTest")
     parser.add_argument("--out", metavar="DIR", help="write every schema file to DIR (default: print one)")
-    parser.add_argument("--kind", choices=tuple(FILES), default="GPUPolicy", help="the schema to print")
+    parser.add_argument("--kind", choices=KINDS, default="GPUPolicy", help="the schema to print")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from webhook.authoring.schemas import render, write
+
     if args.out:
         if os.path.exists(args.out) and not os.path.isdir(args.out):
             raise UsageError(f"--out {args.out}: exists and is not a directory (it receives one file per schema)")

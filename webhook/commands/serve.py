@@ -3,25 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import dataclasses
-import logging
 import os
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from webhook.certs import CA_FILE, ensure_dev_certificates
 from webhook.commands.common import EXIT_USAGE, UsageError, add_rules, describe_rules, rule_paths
-from webhook.engine import Mode
-from webhook.server import NamespaceSource, RegistrationSource, Server, ServerConfig, logs
-from webhook.server.workers import run_workers
 
 if TYPE_CHECKING:
+    import logging
+
     from kubernetes.client import ApiClient
 
-log = logging.getLogger("gpu_webhook.serve")
+    from webhook.server import NamespaceSource, RegistrationSource, Server, ServerConfig
+
+MODES = ("enforce", "audit")  # webhook.engine.Mode's values: the parser does not import the engine
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -32,9 +29,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--cert-dir", default="certs", help="directory with tls.crt/tls.key; made (self-signed, localhost) if empty"
     )
-    parser.add_argument(
-        "--mode", choices=[m.value for m in Mode], default="enforce", help="audit turns Deny into Audit"
-    )
+    parser.add_argument("--mode", choices=MODES, default="enforce", help="audit turns Deny into Audit")
     parser.add_argument("--client-ca", help="require client certificates signed by this CA file")
     parser.add_argument("--metrics-host", default="127.0.0.1", help="address of the plain-HTTP metrics port")
     parser.add_argument("--metrics-port", type=int, help="also serve /metrics, /healthz, /readyz over plain HTTP here")
@@ -159,7 +154,7 @@ def _registration(args: argparse.Namespace, api_client: ApiClient, server: Serve
     from webhook.server.registration_sync import RegistrationSync
 
     manage = manages_registration(args) and writer
-    log.info(
+    _log().info(
         "webhook registration: %s",
         "kept in step with the rules" if manage else "checked for drift only (--manage-registration)",
         extra={"manageRegistration": manage},
@@ -179,7 +174,7 @@ def _warn_without_context(args: argparse.Namespace) -> None:
     blind = [r for r in result.ruleset.rules if r.needs_namespace]
     allowing = sorted(r.name for r in blind if r.on_missing_context == "Allow")
     denying = sorted(r.name for r in blind if r.on_missing_context == "Deny")
-    log.warning(
+    _log().warning(
         "no namespace watch (--namespaces %s): %d rules that need namespace labels or annotations will not act "
         "(onMissingContext: Allow): %s; %d will deny every request they match (onMissingContext: Deny): %s; "
         "PriorityClasses and DRA claims are unknown too (dra-pod-claims-resolvable cannot resolve claims)",
@@ -192,7 +187,20 @@ def _warn_without_context(args: argparse.Namespace) -> None:
     )
 
 
+def _log() -> logging.Logger:
+    import logging  # not at import time: building the parser (`--help`) needs none of it
+
+    return logging.getLogger("gpu_webhook.serve")
+
+
 def run(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from webhook.certs import CA_FILE, ensure_dev_certificates
+    from webhook.engine import Mode
+    from webhook.server import ServerConfig, logs
+    from webhook.server.workers import run_workers
+
     logs.configure(args.log_level)
     cert_dir = Path(args.cert_dir)
     if ensure_dev_certificates(cert_dir):
@@ -250,6 +258,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(config: ServerConfig, args: argparse.Namespace, writer: bool = True) -> int:
+    from webhook.server import Server
+
     # in the worker itself: the namespace watch and registration threads would not survive a fork
     api_client = _cluster(args)
     try:
@@ -261,7 +271,7 @@ def _serve(config: ServerConfig, args: argparse.Namespace, writer: bool = True) 
     # the line the other commands print on stderr (common.load_ruleset), as a structured log line
     ruleset = server.state.rules.ruleset
     assert ruleset is not None  # Server() raises when the rules do not load
-    log.info(
+    _log().info(
         describe_rules(len(ruleset.rules), config.rules), extra={"rules": len(ruleset.rules), "sources": config.rules}
     )
     _runner(args.loop)(server.run())
@@ -269,6 +279,8 @@ def _serve(config: ServerConfig, args: argparse.Namespace, writer: bool = True) 
 
 
 def _runner(loop: str) -> Callable[[Coroutine[Any, Any, None]], None]:
+    import asyncio
+
     if loop != "asyncio":
         try:
             import uvloop

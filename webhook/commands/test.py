@@ -6,8 +6,6 @@ import argparse
 import os
 from typing import Any
 
-from webhook.authoring import report
-from webhook.authoring.suite import SuiteError, discover, run
 from webhook.commands.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -34,6 +32,9 @@ def register(commands: Any) -> None:
 
 
 def run_tests(args: argparse.Namespace) -> int:
+    from webhook.authoring import report
+    from webhook.authoring.suite import SuiteError, discover, run
+
     if not os.path.exists(args.path):
         raise UsageError(f"path not found: {args.path}")
     default = args.path if os.path.isdir(args.path) else default_rules_dir()
