@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.reviews import bodies, namespace, write_generated_rules
-from webhook.engine import Mode, Phase, RuleSet, evaluate, load_rules
-from webhook.engine.model import DEFAULT_LIMITS
+from webhook.engine import DEFAULT_LIMITS, Mode, Phase, RuleSet, evaluate, load_rules
 from webhook.server.admission import build_response, parse_review
 from webhook.server.context import Snapshot
 from webhook.server.pipeline import DecideConfig, Problem, decide

@@ -11,7 +11,7 @@ import orjson
 from webhook.audit.formats import structured
 from webhook.audit.formats.structured import JsonEntries, object_entry
 from webhook.audit.results import ObjectRef, ObjectResult
-from webhook.engine.model import NO_NAMESPACE_CONTEXT, Result, RuleOutcome, shared_outcome
+from webhook.engine import NO_NAMESPACE_CONTEXT, Result, RuleOutcome, shared_outcome
 
 RESULTS = list(Result)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from webhook.engine.model import (
+from webhook.engine import (
     NO_NAMESPACE_CONTEXT,
     SEVERITY,
     Action,

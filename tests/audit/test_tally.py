@@ -9,7 +9,7 @@ import pytest
 
 from webhook.audit import results as results_module
 from webhook.audit.results import RESULTS, ObjectRef, ObjectResult, Tally
-from webhook.engine.model import NO_NAMESPACE_CONTEXT, Result, RuleOutcome
+from webhook.engine import NO_NAMESPACE_CONTEXT, Result, RuleOutcome
 
 
 def _results(count: int, seed: int) -> list[ObjectResult]:

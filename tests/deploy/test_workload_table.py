@@ -17,8 +17,8 @@ from cel_expr_python import cel
 from tests.deploy.conftest import one
 from tests.support import cpu_pod, gpu_pod
 from webhook.audit.cluster import RESOURCES
-from webhook.engine import AdmissionInput, Phase, evaluate
-from webhook.engine.workloads import KINDS, WORKLOAD_KINDS, pod_spec_paths, pod_template_targets
+from webhook.engine import KINDS, WORKLOAD_KINDS, AdmissionInput, Phase, evaluate
+from webhook.engine.workloads import pod_spec_paths, pod_template_targets
 
 GPU_SPEC = gpu_pod()["spec"]
 CPU_SPEC = cpu_pod()["spec"]

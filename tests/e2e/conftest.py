@@ -32,7 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.envtest import SKIP_REASON, EnvTest, Response, assets_dir, free_port, log_tail, spawn, terminate
 from tests.support import REPO, RULES
 from webhook.certs import CA_FILE, Bundle, generate_serving, load_ca, write_bundle
-from webhook.engine.workloads import KINDS, WorkloadKind
+from webhook.engine import KINDS, WorkloadKind
 
 PROBE_NAMESPACE = "e2e-probe"
 # What clusters that run GPU workloads set: privileged containers allowed (the kubelet's and the

@@ -52,9 +52,7 @@ from tests.envtest import ADMIN_GROUP, ADMIN_USER, SKIP_REASON, EnvTest, Respons
 from tests.export.equivalence import NAME_LABEL, debug_cases, suite_cases, wrap
 from tests.export.test_celenv import APISERVER_VERDICTS, ESCAPE_KEY, JP
 from tests.support import RULES
-from webhook.engine import AdmissionInput, Decision, Phase, RuleSet, evaluate, load_rules
-from webhook.engine.model import Limits
-from webhook.engine.workloads import KINDS
+from webhook.engine import KINDS, AdmissionInput, Decision, Limits, Phase, RuleSet, evaluate, load_rules
 from webhook.export import CLAIMS_MODES, Release, export
 from webhook.export.versions import DEFAULT_VERSION
 

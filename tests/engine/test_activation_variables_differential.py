@@ -21,7 +21,7 @@ from tests.support import RULES, cpu_pod, gpu_pod
 from webhook.authoring.suite import admission, discover
 from webhook.engine import AdmissionInput, Decision, Phase, RuleSet, evaluate, load_rules
 from webhook.engine import cel as cel_module
-from webhook.engine.facts import Subject
+from webhook.engine.programs import Programs
 
 ALL_VARIABLES = frozenset((*cel_module.VARIABLES, *cel_module.TARGET_VARIABLES))
 
@@ -70,16 +70,16 @@ def test_only_the_referenced_variables_give_the_same_decisions(monkeypatch: pyte
     inputs = list(_inputs())
     assert len(inputs) > 200  # every suite case was found
 
-    handed_everything = Subject._activation
+    handed_everything = Programs._activation
 
-    def everything(self: Subject, target: Any, params: Any, references: frozenset[str], trees: Any) -> Any:
+    def everything(self: Programs, target: Any, params: Any, references: frozenset[str], trees: Any) -> Any:
         return handed_everything(self, target, params, references | ALL_VARIABLES, trees)
 
     differences = []
     for name, given in inputs:
         expected_input = copy.deepcopy(given)
         with monkeypatch.context() as patched:
-            patched.setattr(Subject, "_activation", everything)
+            patched.setattr(Programs, "_activation", everything)
             expected = _summary(evaluate(before, expected_input, Phase.ALL, trace=True))
         found = _summary(evaluate(now, given, Phase.ALL, trace=True))
         if found != expected:

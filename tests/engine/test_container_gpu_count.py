@@ -33,7 +33,7 @@ def env() -> CelEnvironment:
 
 
 def variables(env: CelEnvironment, containers: list[Any]) -> dict[str, Any]:
-    """What the engine binds for a target with these containers (facts.Subject's activation)."""
+    """What the engine binds for a target with these containers (programs.Programs's activation)."""
     facts = TargetFacts(version=0, pod_specs=[{"containers": containers}], containers=containers, gpus=0)
     return {
         "containers": containers,

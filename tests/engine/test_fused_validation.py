@@ -1,4 +1,4 @@
-"""The validating rules' expressions run as one CEL program per target (facts.Subject, "fused evaluation").
+"""The validating rules' expressions run as one CEL program per target (programs.Programs, "fused evaluation").
 
 What a user must not be able to tell: every rule still gets its own answer, an expression that
 errs is reported by its own rule with the error it gives alone, a rule that does not apply (a

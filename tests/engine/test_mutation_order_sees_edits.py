@@ -1,7 +1,7 @@
 """Each expression sees the edits of the mutations before it, whatever it reads: labels, pod-spec fields.
 
 Mutations run in file order on one working copy, and the engine keeps one CEL activation per
-state of the working copy (facts.Subject): an activation made before an edit must never answer
+state of the working copy (programs.Programs): an activation made before an edit must never answer
 an expression that reads what the edit wrote.
 """
 

@@ -29,8 +29,7 @@ from typing import Any
 
 import jsonpatch
 
-from webhook.engine import AdmissionInput
-from webhook.engine.model import LabelSelector
+from webhook.engine import AdmissionInput, LabelSelector
 from webhook.engine.workloads import api_group
 from webhook.export.celenv import BOOL, LIST_OF_JSONPATCH, STRING, CompileError, EvaluationFailed, NativeEnvironment
 from webhook.export.policies import NativeRule

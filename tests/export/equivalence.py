@@ -19,8 +19,7 @@ from typing import Any
 from tests.export.apiserver import Apiserver, NativeOutcome
 from tests.support import RULES
 from webhook.authoring import suite
-from webhook.engine import AdmissionInput, Phase, Result, RuleSet, evaluate, load_rules
-from webhook.engine.model import Limits
+from webhook.engine import AdmissionInput, Limits, Phase, Result, RuleSet, evaluate, load_rules
 from webhook.export import Export
 from webhook.export.policies import NativeRule
 

@@ -8,7 +8,7 @@ import yaml
 
 from tests.export.equivalence import EXTRA_RULES, pack_with_extras
 from tests.support import RULES
-from webhook.engine.loader import compile_documents
+from webhook.engine import compile_documents
 from webhook.export import export, exported_rule_names
 from webhook.export.mixed import webhook_files
 from webhook.kubeyaml import load_documents

@@ -15,8 +15,7 @@ import pytest
 
 from tests.reliability.hostile import ABUSES, abuse, abuse_verdict, cases, send_cases
 from tests.support import LiveServer, client_ssl, cpu_pod, make_review
-from webhook.engine import AdmissionInput, Phase, evaluate, load_rules
-from webhook.engine.model import Limits
+from webhook.engine import AdmissionInput, Limits, Phase, evaluate, load_rules
 
 CI_CASES = 500
 

@@ -26,9 +26,7 @@ from hypothesis import strategies as st
 from tests.conftest import load_rules_once
 from tests.support import RULES, client_ssl, make_review, start_server
 from webhook.cli import main
-from webhook.engine import AdmissionInput, Phase, evaluate
-from webhook.engine.loader import compile_documents
-from webhook.engine.mutate import MUTATIONS
+from webhook.engine import MUTATIONS, AdmissionInput, Phase, compile_documents, evaluate
 from webhook.engine.workloads import pod_template_targets
 from webhook.kubeyaml import load_documents
 

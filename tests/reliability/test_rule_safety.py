@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import cpu_pod, gpu_pod, make_review, start_server
-from webhook.engine import AdmissionInput, Phase, RuleSet, evaluate, load_rules
-from webhook.engine.model import Limits
+from webhook.engine import AdmissionInput, Limits, Phase, RuleSet, evaluate, load_rules
 from webhook.engine.resources import DEFAULT
 
 POLICY = """

@@ -5,10 +5,10 @@ from __future__ import annotations
 import copy
 
 from tests.rules.rulekit import example, gpu_pod, namespace, run
-from webhook.engine.model import Target
 from webhook.engine.mutate import MutationContext
 from webhook.engine.patch import Patcher
 from webhook.engine.resources import DEFAULT
+from webhook.engine.workloads import Target
 
 TENANT = namespace("team-a", labels={"gpu-webhook.io/tenant": "true"})
 

@@ -14,8 +14,7 @@ import orjson
 import pytest
 
 from tests.support import gpu_pod, make_review
-from webhook.engine import Mode, Phase, load_rules
-from webhook.engine.model import Limits
+from webhook.engine import Limits, Mode, Phase, load_rules
 from webhook.server.context import Snapshot
 from webhook.server.pipeline import DecideConfig, Decided, decide
 

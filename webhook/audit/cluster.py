@@ -21,7 +21,7 @@ from urllib.parse import quote
 import orjson
 from kubernetes import client as kube_client
 
-from webhook.engine.workloads import KINDS, WORKLOAD_KINDS
+from webhook.engine import KINDS, WORKLOAD_KINDS
 from webhook.kube import rest
 from webhook.kube.caches import CONTEXT_RESOURCES, ClusterContext  # noqa: F401 - the context's RBAC, for tests
 from webhook.kube.connect import ClusterError, connect  # noqa: F401 - re-exported for the audit command

@@ -17,8 +17,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from webhook.engine import AdmissionInput
-from webhook.engine.pointer import is_map
+from webhook.engine import AdmissionInput, is_map
 
 DEFAULT_NAMESPACE = "default"  # what kubectl uses when neither -n nor the kubeconfig context names one
 

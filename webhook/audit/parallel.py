@@ -21,8 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from webhook.engine import Mode, Result, RuleOutcome, RuleSet
-from webhook.engine.model import shared_outcome
+from webhook.engine import Mode, Result, RuleOutcome, RuleSet, shared_outcome
 
 from .context import NamespaceContext
 from .formats.structured import JsonEntries

@@ -15,9 +15,19 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
-from webhook.engine import Mode, Phase, Result, RuleOutcome, RuleSet, evaluate
-from webhook.engine.model import DEFAULT_LIMITS, NO_NAMESPACE_CONTEXT, SEVERITY, Limits
-from webhook.engine.pointer import is_map
+from webhook.engine import (
+    DEFAULT_LIMITS,
+    NO_NAMESPACE_CONTEXT,
+    SEVERITY,
+    Limits,
+    Mode,
+    Phase,
+    Result,
+    RuleOutcome,
+    RuleSet,
+    evaluate,
+    is_map,
+)
 from webhook.kubeyaml import plain_yaml_pair
 
 from .context import NamespaceContext

@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from webhook.engine.celsyntax import CelSyntaxError, Node, parse
+from webhook.engine import celsyntax
 
 from .podfields import ANY, CONTAINER, NAMESPACE, POD, POD_ONLY_SPEC_FIELDS, POD_SPEC, FieldType, ListOf, MapOf, Struct
 
@@ -52,8 +52,8 @@ def scope_for(kinds: list[str], autogen: bool) -> Scope:
 def field_problems(text: str, scope: Scope) -> list[FieldProblem]:
     """Every selection of a field the Pod model does not have; [] when the text cannot be parsed."""
     try:
-        tree = parse(text)
-    except CelSyntaxError:
+        tree = celsyntax.parse(text)
+    except celsyntax.CelSyntaxError:
         return []  # the CEL compiler reports syntax errors with the real message
     problems: list[FieldProblem] = []
     _walk(tree, dict(scope.variables), scope, problems, guarded=False)
@@ -61,7 +61,7 @@ def field_problems(text: str, scope: Scope) -> list[FieldProblem]:
 
 
 def _walk(
-    node: Node, variables: dict[str, FieldType], scope: Scope, problems: list[FieldProblem], guarded: bool
+    node: celsyntax.Node, variables: dict[str, FieldType], scope: Scope, problems: list[FieldProblem], guarded: bool
 ) -> FieldType:
     if node.kind == "ident":
         return variables.get(node.name, ANY)
@@ -113,7 +113,7 @@ def _walk(
     return ANY
 
 
-def _is_object_spec(node: Node) -> bool:
+def _is_object_spec(node: celsyntax.Node) -> bool:
     return (
         node.kind == "select"
         and node.name == "spec"

@@ -20,8 +20,17 @@ from typing import Literal, TextIO
 from rich.console import Console
 from rich.text import Text
 
-from webhook.engine import AdmissionInput, Decision, Phase, Result, Rule, RuleOutcome, RuleSet, evaluate
-from webhook.engine.ruleset import indexed_kinds
+from webhook.engine import (
+    AdmissionInput,
+    Decision,
+    Phase,
+    Result,
+    Rule,
+    RuleOutcome,
+    RuleSet,
+    evaluate,
+    indexed_kinds,
+)
 from webhook.kubeyaml import plain_yaml
 
 _RESULT_STYLE = {

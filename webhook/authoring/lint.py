@@ -23,11 +23,21 @@ from typing import Any
 
 import jsonpatch
 
-from webhook.engine import AdmissionInput, LoadError, Phase, RuleSet, celsyntax, evaluate, load_rules, rule_files
-from webhook.engine.model import SourceLocation
-from webhook.engine.mutate import MUTATIONS
-from webhook.engine.schema import API_VERSION, POLICY_KIND
-from webhook.engine.workloads import BY_KIND
+from webhook.engine import (
+    API_VERSION,
+    BY_KIND,
+    MUTATIONS,
+    POLICY_KIND,
+    AdmissionInput,
+    LoadError,
+    Phase,
+    RuleSet,
+    SourceLocation,
+    celsyntax,
+    evaluate,
+    load_rules,
+    rule_files,
+)
 from webhook.kubeyaml import Document, YamlError, load_documents
 
 from .celfields import field_problems, scope_for

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from webhook.engine.schema import CONFIG_KIND, POLICY_KIND, SCHEMAS, TEST_KIND
+from webhook.engine import CONFIG_KIND, POLICY_KIND, SCHEMAS, TEST_KIND
 
 SHIPPED = Path(__file__).resolve().parents[1] / "schemas"
 FILES = {POLICY_KIND: "gpupolicy.json", TEST_KIND: "gpupolicytest.json", CONFIG_KIND: "gpuwebhookconfig.json"}

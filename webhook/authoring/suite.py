@@ -23,20 +23,21 @@ from jsonschema import Draft202012Validator
 
 from webhook.audit.context import NamespaceContext
 from webhook.engine import (
+    TEST_KIND,
+    TEST_SCHEMA,
     AdmissionInput,
     Decision,
     LoadError,
     Phase,
     Result,
+    RuleLoadError,
     RuleOutcome,
     RuleSet,
+    SourceLocation,
     evaluate,
     load_rules,
     rule_files,
 )
-from webhook.engine.loader import RuleLoadError
-from webhook.engine.model import SourceLocation
-from webhook.engine.schema import TEST_KIND, TEST_SCHEMA
 from webhook.kubeyaml import Document, YamlError, load_documents
 
 _VALIDATOR = Draft202012Validator(TEST_SCHEMA)

@@ -68,7 +68,7 @@ def load_ruleset(paths: Sequence[str | os.PathLike[str]] | str, announce: bool =
     names the wrong path, or the default where a site's rules were meant, shows at once
     (stderr: stdout stays the command's output, which programs read).
     """
-    from webhook.engine.loader import RuleLoadError
+    from webhook.engine import RuleLoadError
 
     named = [paths] if isinstance(paths, str) else list(paths)
     try:

@@ -3,44 +3,142 @@
 result = load_rules("rules/")
 decision = evaluate(result.ruleset, AdmissionInput.offline(pod, namespace="team-a"))
 for outcome in decision.outcomes(): ...
+
+This module is the engine's API: the doors (webhook.server, audit, authoring, export, install,
+kube, commands, cli; bench) import from `webhook.engine` only, never from its modules
+(tests/engine/test_api_boundary.py checks). Its modules, by what they hold: policy.py (rules
+in), request.py (what a door hands evaluate), decision.py (what comes out), evaluate.py (the
+run), matching.py, facts.py (the working copy), programs.py (how the CEL runs), projection.py,
+limits.py, inputs.py (ratcheting's fields), loader.py, ruleset.py, schema.py, workloads.py (the
+kind table), mutate.py (the mutation registry), patch.py, pointer.py, resources.py, quantity.py,
+cel.py, celsyntax.py, celhelpers.py.
 """
 
-from .evaluate import evaluate
-from .loader import LoadResult, load_rules, rule_files
-from .model import (
+from . import celhelpers, celsyntax
+from .cel import CompiledExpression, plain_result
+from .decision import (
     NO_NAMESPACE_CONTEXT,
-    Action,
-    AdmissionInput,
+    SEVERITY,
     Decision,
     EvaluationError,
-    LoadError,
-    Mode,
-    Phase,
     Result,
-    Rule,
     RuleOutcome,
     RuleTrace,
     Violation,
+    shared_outcome,
 )
-from .ruleset import RuleSet
+from .evaluate import evaluate
+from .inputs import top_level
+from .loader import LoadResult, RuleLoadError, compile_documents, load_rules, rule_files
+from .mutate import (
+    DNS_SUBDOMAIN,
+    LABEL_VALUE,
+    MUTATIONS,
+    AddToleration,
+    Mutation,
+    RequireNodeAffinity,
+    SetMetadata,
+    SetPodField,
+    SetQueueName,
+    mutation_name,
+)
+from .pointer import is_map
+from .policy import Action, KindApi, LabelSelector, LoadError, Rule, SourceLocation
+from .quantity import QuantityError, parse_quantity, quantity_of
+from .request import DEFAULT_LIMITS, AdmissionInput, Limits, Mode, Phase, priority_class_table
+from .resources import Accelerators
+from .ruleset import RuleSet, indexed_kinds
+from .schema import API_VERSION, CONFIG_KIND, POLICY_KIND, POLICY_SCHEMA, SCHEMAS, TEST_KIND, TEST_SCHEMA
+from .workloads import BY_KIND, KINDS, UNMUTATED_KINDS, WORKLOAD_KINDS, WORKLOADS, WorkloadKind
 
+# evaluate, and what a door hands it: the admission (PriorityClass objects made its table), the phase,
+# the server's mode, the limits
 __all__ = [
-    "NO_NAMESPACE_CONTEXT",
-    "Action",
+    "DEFAULT_LIMITS",
     "AdmissionInput",
-    "Decision",
-    "EvaluationError",
-    "LoadError",
-    "LoadResult",
+    "Limits",
     "Mode",
     "Phase",
+    "evaluate",
+    "priority_class_table",
+]
+# what evaluate gives: the decision, and its summary per rule (outcomes()) that every door reports
+__all__ += [
+    "NO_NAMESPACE_CONTEXT",
+    "SEVERITY",
+    "Decision",
+    "EvaluationError",
     "Result",
-    "Rule",
     "RuleOutcome",
-    "RuleSet",
     "RuleTrace",
     "Violation",
-    "evaluate",
+    "shared_outcome",
+]
+# loading rules: files -> a RuleSet of Rules, or LoadErrors located in the files; what a rule reads
+__all__ += [
+    "Action",
+    "LabelSelector",
+    "LoadError",
+    "LoadResult",
+    "Rule",
+    "RuleLoadError",
+    "RuleSet",
+    "SourceLocation",
+    "compile_documents",
+    "indexed_kinds",
     "load_rules",
     "rule_files",
+    "top_level",
+]
+# the kind table: workload kinds, their API and pod templates (autogen, audit, export, registration)
+__all__ += [
+    "BY_KIND",
+    "KINDS",
+    "UNMUTATED_KINDS",
+    "WORKLOADS",
+    "WORKLOAD_KINDS",
+    "KindApi",
+    "WorkloadKind",
+]
+# the schema of the rule, configuration and test documents
+__all__ += [
+    "API_VERSION",
+    "CONFIG_KIND",
+    "POLICY_KIND",
+    "POLICY_SCHEMA",
+    "SCHEMAS",
+    "TEST_KIND",
+    "TEST_SCHEMA",
+]
+# CEL tools the export needs: the one CEL scanner and parser (celsyntax), the helpers' rewrite
+# (celhelpers), compiled expressions and their plain results
+__all__ += [
+    "CompiledExpression",
+    "celhelpers",
+    "celsyntax",
+    "plain_result",
+]
+# accelerators and quantities
+__all__ += [
+    "Accelerators",
+    "QuantityError",
+    "parse_quantity",
+    "quantity_of",
+]
+# the mutation registry, and the operations and value patterns the export translates
+__all__ += [
+    "DNS_SUBDOMAIN",
+    "LABEL_VALUE",
+    "MUTATIONS",
+    "AddToleration",
+    "Mutation",
+    "RequireNodeAffinity",
+    "SetMetadata",
+    "SetPodField",
+    "SetQueueName",
+    "mutation_name",
+]
+# JSON documents
+__all__ += [
+    "is_map",
 ]

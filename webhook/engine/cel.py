@@ -84,7 +84,7 @@ class CompiledExpression:
     # The fields of object, oldObject, namespaceObject, request and podSpec the program can read (read_paths)
     paths: Mapping[str, frozenset[tuple[str, ...]]] = field(default_factory=dict)
     # The text `program` was compiled from when params_bound (the params literal bound in): what a
-    # fused program (facts.Subject: one evaluation for a phase's expressions) embeds
+    # fused program (programs.py: one evaluation for a phase's expressions) embeds
     bound_source: str | None = None
 
     def evaluate(self, activation: Any) -> Any:
@@ -290,7 +290,7 @@ class CelEnvironment:
 # changed (each compile runs the C++ checker twice, ~1.5 ms). Bounded: started over when full.
 MAX_COMPILED = 2_000
 MAX_RUNTIMES = 8
-# Fused programs (facts.Subject) cost ~1-2 MiB each (measured: 1.8 MiB for 44 expressions): at most
+# Fused programs (programs.py) cost ~1-2 MiB each (measured: 1.8 MiB for 44 expressions): at most
 # this many per rule set (a GPU pod, a CPU pod, each workload kind needs one or two), and kept
 # across reloads up to the second number
 MAX_FUSED_PER_RULE_SET = 16

@@ -7,7 +7,8 @@ offline doors (audit, test, explain) call both.
 
 This module is the run: which rules run in which order, ratcheting, and what is recorded
 (trace, violations, errors). Whether a rule applies is matching.py; what it reads about the
-object (targets, GPU counts, the CEL activation) is facts.py; what it may cost is limits.py.
+object (the working copy, targets, GPU counts) is facts.py; how its CEL runs (activations, fused
+programs) is programs.py; what it may cost is limits.py.
 """
 
 from __future__ import annotations
@@ -15,31 +16,21 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from .facts import Projection, Subject, object_accelerators, projection_for, rule_expressions
+from .decision import Decision, EvaluationError, RuleError, RuleTrace, Violation
+from .facts import WorkingCopy, object_accelerators
 from .inputs import unchanged
 from .limits import Budget
 from .matching import REFUSED_FOR_CONTEXT, after_gate, gate, mismatch
-from .model import (
-    DEFAULT_LIMITS,
-    Action,
-    AdmissionInput,
-    Decision,
-    EvaluationError,
-    Limits,
-    Mode,
-    Phase,
-    Rule,
-    RuleError,
-    RuleTrace,
-    Target,
-    Violation,
-)
 from .mutate import MutationContext, MutationError
 from .patch import PatchConflict
+from .policy import Action, Rule
+from .programs import Programs
+from .projection import Projection, projection_for
+from .request import DEFAULT_LIMITS, AdmissionInput, Limits, Mode, Phase
 from .ruleset import RuleSet
-from .workloads import UNMUTATED_KINDS
+from .workloads import UNMUTATED_KINDS, Target
 
-__all__ = ["EVALUATED_SUBRESOURCES", "RuleError", "evaluate", "rule_expressions"]
+__all__ = ["EVALUATED_SUBRESOURCES", "evaluate"]
 
 # pods/ephemeralcontainers (kubectl debug) adds containers to a running pod. Since 1.22 its
 # object is the whole Pod and the operation UPDATE (KEP-277, kubernetes/kubernetes#101034), and
@@ -72,17 +63,17 @@ def evaluate(
         for rule in projection.mutating:
             run.mutate(rule)
     run.validate_all(projection.validating)
-    patcher = run.subject.patcher
+    patcher = run.copy.patcher
     if patcher is not None and patcher.operations:
         decision.patch = patcher.operations
-        decision.mutated = run.subject.working
-    decision.accelerators = run.subject.received_accelerators()
+        decision.mutated = run.copy.working
+    decision.accelerators = run.copy.received_accelerators()
     decision.allowed = not decision.violations
     return decision
 
 
 class _Run:
-    """One evaluation: the rules run on the subject, and what they give is recorded in the decision."""
+    """One evaluation: the rules run on the working copy, and what they give is recorded in the decision."""
 
     def __init__(
         self,
@@ -101,7 +92,8 @@ class _Run:
         self.mode = mode
         self.trace = trace
         self.limits = limits
-        self.subject = Subject(ruleset, admission, projection, Budget(limits, admission.json_commas))
+        self.copy = WorkingCopy(ruleset.accelerators, admission)
+        self.programs = Programs(ruleset, admission, projection, Budget(limits, admission.json_commas), self.copy)
         self._refused_for_context: set[tuple[str, str]] = set()
         self._old_run: _Run | None = None  # the same rules on oldObject, for ratcheting (UPDATE)
         # Without a trace nobody reads the entries: one scratch entry takes what every rule writes
@@ -109,22 +101,22 @@ class _Run:
 
     # -- phases ----------------------------------------------------------------------------------
     def mutate(self, rule: Rule) -> None:
-        subject = self.subject
-        for target in subject.targets(rule):
+        copy, programs = self.copy, self.programs
+        for target in copy.targets(rule):
             entry = self._match(rule, target)
             if entry is None:
                 continue
-            patcher = subject.edit()
+            patcher = copy.edit()
             start = len(patcher.operations)
             context = MutationContext(
                 patcher=patcher,
                 target=target,
                 operation=self.admission.operation,
                 # an activation only if a mutation has CEL, of the working copy as it then is
-                evaluate=lambda expression, r=rule, t=target: subject.eval(r, t, expression),  # type: ignore[misc]
+                evaluate=lambda expression, r=rule, t=target: programs.eval(r, t, expression),  # type: ignore[misc]
                 accelerators=self.ruleset.accelerators,
                 sub_resource=self.admission.sub_resource,
-                uses_accelerator_claims=lambda container, t=target: subject.uses_accelerator_claims(t, container),  # type: ignore[misc]
+                uses_accelerator_claims=lambda container, t=target: copy.uses_accelerator_claims(t, container),  # type: ignore[misc]
             )
             try:
                 for mutation in rule.mutations:
@@ -138,10 +130,10 @@ class _Run:
     def validate_all(self, rules: tuple[Rule, ...]) -> None:
         """The validating rules, in file order. The working copy no longer changes, so the plain
         checks (matching.gate) of every rule come first, and the expressions of the rules that pass
-        run as one CEL program per target (facts.Subject.fuse_validations)."""
-        subject = self.subject
-        checked = [(rule, target, gate(subject, rule, target)) for rule in rules for target in subject.targets(rule)]
-        subject.fuse_validations([(rule, target) for rule, target, reason in checked if reason is None])
+        run as one CEL program per target (programs.Programs.fuse_validations)."""
+        copy = self.copy
+        checked = [(rule, target, gate(copy, rule, target)) for rule in rules for target in copy.targets(rule)]
+        self.programs.fuse_validations([(rule, target) for rule, target, reason in checked if reason is None])
         for rule, target, reason in checked:
             self.validate(rule, target, reason)
 
@@ -168,7 +160,7 @@ class _Run:
     def _messages(self, rule: Rule, target: Target) -> list[str]:
         """The rule's validation on this target: its failure messages (none: it passes); RuleError if it errs."""
         assert rule.validate is not None
-        result = self.subject.eval(rule, target, rule.validate.expression)
+        result = self.programs.eval(rule, target, rule.validate.expression)
         messages = [self._message(rule, target)] if result is False else _failures(result)
         if messages is None:
             raise RuleError(f"validate.expression gave {type(result).__name__}, expected bool or list")
@@ -195,11 +187,11 @@ class _Run:
             old = replace(self.admission, object=self.admission.old_object, old_object=None)
             self._old_run = _Run(self.ruleset, old, Decision(), self.mode, False, self.limits, self.projection)
         run = self._old_run
-        for old_target in run.subject.targets(rule):
+        for old_target in run.copy.targets(rule):
             if old_target.description != target.description:
                 continue
             try:
-                if mismatch(run.subject, rule, old_target) is not None:
+                if mismatch(run.copy, run.programs, rule, old_target) is not None:
                     return set()
                 return set(run._messages(rule, old_target))
             except RuleError:
@@ -213,8 +205,10 @@ class _Run:
         `gated`: the caller asked matching.gate already, and it answered `reason`.
         """
         try:
-            subject = self.subject
-            reason = after_gate(subject, rule, target, reason) if gated else mismatch(subject, rule, target)
+            if gated:
+                reason = after_gate(self.programs, rule, target, reason)
+            else:
+                reason = mismatch(self.copy, self.programs, rule, target)
         except RuleError as error:
             # A condition that cannot be evaluated is an error under failurePolicy, never "no match":
             # otherwise an object shaped to break the condition would slip past a Fail rule.
@@ -235,7 +229,7 @@ class _Run:
             rule.ratcheting
             and self.admission.operation == "UPDATE"
             and isinstance(old, dict)
-            and unchanged(rule.inputs, target, self.subject.working, old)
+            and unchanged(rule.inputs, target, self.copy.working, old)
         )
 
     def _entry(self, rule: Rule, target: Target, reason: str | None) -> RuleTrace:
@@ -260,7 +254,7 @@ class _Run:
         assert validation is not None
         if validation.message_expression is not None:
             try:
-                message = self.subject.eval(rule, target, validation.message_expression)
+                message = self.programs.eval(rule, target, validation.message_expression)
                 if isinstance(message, str) and message.strip():
                     return message
             except RuleError:

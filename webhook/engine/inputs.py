@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .cel import CompiledExpression
-from .model import Target
 from .pointer import Path, get_path
+from .workloads import Target
 
 Fields = frozenset[tuple[str, ...]]
 # metadata that no UPDATE changes

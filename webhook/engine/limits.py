@@ -1,6 +1,6 @@
 """What one evaluation may cost: a CPU time budget per request and a size limit per object.
 
-Checked before each CEL expression (facts.Subject.eval); past either, the expression raises a
+Checked before each CEL expression (programs.Programs.eval); past either, the expression raises a
 RuleError and the rule's failurePolicy decides (docs/security.md, "Evaluation limits").
 """
 
@@ -11,7 +11,9 @@ from typing import Any
 
 import orjson
 
-from .model import Limits, RuleError, Target
+from .decision import RuleError
+from .request import Limits
+from .workloads import Target
 
 
 class Budget:

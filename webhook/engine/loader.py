@@ -20,8 +20,8 @@ from webhook.kubeyaml import Document, YamlError, load_documents
 
 from .cel import CelCompileError, CelEnvironment, CompiledExpression
 from .inputs import rule_inputs
-from .model import Action, KindApi, LabelSelector, LoadError, Match, Rule, SourceLocation, Validation
 from .mutate import MUTATIONS, Mutation, build_mutation
+from .policy import Action, KindApi, LabelSelector, LoadError, Match, Rule, SourceLocation, Validation
 from .resources import DEFAULT_ACCELERATORS, DEFAULT_DEVICE_CLASSES, Accelerators
 from .ruleset import RuleSet
 from .schema import API_VERSION, CONFIG_KIND, CONFIG_SCHEMA, POLICY_KIND, POLICY_SCHEMA, TEST_KIND
@@ -375,7 +375,7 @@ def _param_name(operation: Mapping[str, Any]) -> str:
 
 
 def _mutation_expressions(mutation: Mutation) -> list[CompiledExpression]:
-    """The CEL a mutation holds, as it declares it (evaluate.py imports this name)."""
+    """The CEL a mutation holds, as it declares it."""
     return list(mutation.cel())
 
 

@@ -4,7 +4,7 @@ The answer is None (it applies) or the reason it does not, for the trace. Nothin
 records a violation: a rule that needs the namespace and has none under
 `onMissingContext: Deny` gets the reason REFUSED_FOR_CONTEXT, and the run (evaluate.py)
 records the denial. (Kinds and operations are settled before: RuleSet.candidates and
-facts.Subject.targets.)
+facts.WorkingCopy.targets.)
 """
 
 from __future__ import annotations
@@ -12,41 +12,43 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from .model import NO_NAMESPACE_CONTEXT, Rule, Target
-from .workloads import get_path
+from .decision import NO_NAMESPACE_CONTEXT
+from .policy import Rule
+from .workloads import Target, get_path
 
 if TYPE_CHECKING:
-    from .facts import Subject
+    from .facts import WorkingCopy
+    from .programs import Programs
 
 REFUSED_FOR_CONTEXT = f"{NO_NAMESPACE_CONTEXT} (onMissingContext: Deny)"
 
 
-def mismatch(subject: Subject, rule: Rule, target: Target) -> str | None:
+def mismatch(copy: WorkingCopy, programs: Programs, rule: Rule, target: Target) -> str | None:
     """None when the rule applies to this target, else why not.
 
     A match condition that cannot be evaluated raises RuleError (the caller applies
     failurePolicy), never "no match": otherwise an object shaped to break the condition
     would slip past the rule.
     """
-    return after_gate(subject, rule, target, gate(subject, rule, target))
+    return after_gate(programs, rule, target, gate(copy, rule, target))
 
 
-def after_gate(subject: Subject, rule: Rule, target: Target, reason: str | None) -> str | None:
+def after_gate(programs: Programs, rule: Rule, target: Target, reason: str | None) -> str | None:
     """`mismatch` once `gate` gave `reason`: the CEL condition, if the plain checks passed."""
     condition = rule.match.condition
-    if reason is None and condition is not None and subject.eval(rule, target, condition) is not True:
+    if reason is None and condition is not None and programs.eval(rule, target, condition) is not True:
         return "condition is false"
     return reason
 
 
-def gate(subject: Subject, rule: Rule, target: Target) -> str | None:
+def gate(copy: WorkingCopy, rule: Rule, target: Target) -> str | None:
     """Everything `mismatch` checks but the CEL condition: None when the rule gets that far, else why not.
 
     Plain Python on the namespace, the labels and the target's facts. The validating phase asks
     it for every rule first (evaluate.py), so that the rules that pass share one CEL program.
     """
     match = rule.match
-    admission = subject.admission
+    admission = copy.admission
     namespace = admission.namespace
     if match.namespaces_include is not None and namespace not in match.namespaces_include:
         return f"namespace {namespace!r} is not in namespaces.include"
@@ -58,20 +60,20 @@ def gate(subject: Subject, rule: Rule, target: Target) -> str | None:
         labels = ((admission.namespace_object or {}).get("metadata") or {}).get("labels")
         if not match.namespace_selector.matches(labels):
             return "namespaceSelector does not match"
-    if match.object_selector is not None and not _object_selected(subject, rule, target):
+    if match.object_selector is not None and not _object_selected(copy, rule, target):
         return "objectSelector does not match"
-    if match.gpu is not None and subject.facts(target).accelerated() != match.gpu:
+    if match.gpu is not None and copy.facts(target).accelerated() != match.gpu:
         # an unresolved DRA claim counts as an accelerator (resources.py explains why)
         return "requests no accelerators (gpu: true)" if match.gpu else "requests accelerators (gpu: false)"
     return None
 
 
-def _object_selected(subject: Subject, rule: Rule, target: Target) -> bool:
+def _object_selected(copy: WorkingCopy, rule: Rule, target: Target) -> bool:
     selector = rule.match.object_selector
     assert selector is not None
-    candidates = [subject.working]
-    if target.root == () and subject.admission.old_object is not None:
-        candidates.append(subject.admission.old_object)  # as the apiserver does: either may match
+    candidates = [copy.working]
+    if target.root == () and copy.admission.old_object is not None:
+        candidates.append(copy.admission.old_object)  # as the apiserver does: either may match
     for document in candidates:
         labels = get_path(document, (*target.metadata, "labels"))
         if selector.matches(labels if isinstance(labels, Mapping) else None):

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from .cel import CompiledExpression
-from .model import Target
 from .patch import Patcher
 from .pointer import Path, is_map
 from .resources import Accelerators
+from .workloads import Target
 
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -473,7 +473,7 @@ class SetQueueName:
             return
         # A LocalQueue name is a DNS-1123 subdomain (up to 253 characters), but the label that names
         # it holds at most 63 (a label value): a longer name cannot be written at all.
-        if not isinstance(queue, str) or not _DNS_SUBDOMAIN.match(queue):
+        if not isinstance(queue, str) or not DNS_SUBDOMAIN.match(queue):
             raise MutationError(f"queue name {queue!r} is not a DNS-1123 subdomain")
         if len(queue) > 63:
             raise MutationError(f"queue name {queue!r} is not a valid label value: {len(queue)} characters, at most 63")
@@ -488,7 +488,7 @@ class SetQueueName:
             ctx.patcher.set((*ctx.target.root, "spec", "suspend"), True)
 
 
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 def _value_or_expression(spec: Mapping[str, Any], compile_cel: Compile) -> tuple[str | None, CompiledExpression | None]:

@@ -6,7 +6,7 @@ ones and applied to it at once, so the recorded sequence applies cleanly by
 construction. A missing parent is created together with its child, in one `add`.
 
 Copy on write: the document's root is the patcher's own, and everything below it may be
-shared with the object as received (facts.Subject hands it a shallow copy of the root). An edit
+shared with the object as received (facts.WorkingCopy hands it a shallow copy of the root). An edit
 first copies the maps and lists along its path that the patcher did not make itself, so the
 received object is never changed, and a request's few edits copy a few small containers
 instead of the whole object (managedFields and status included).

@@ -11,15 +11,27 @@ An access the text does not make plain keeps the whole value: a variable used ot
 as `var.field...` (passed to a function, bound with cel.bind, indexed with [...], compared)
 is handed over whole. The one exception is a null test (`namespaceObject != null`): a
 projection of a document is never null, so the test needs no field at all.
+
+`Projection` is what one set of candidate rules (a (kind, operation) of the rule set) in one
+phase needs, made once per rule set by `projection_for`: the merged trees of their expressions,
+the rules the run loops over, and what the CEL programs keep for them (programs.py).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from . import celsyntax
+from .request import Phase
+
+if TYPE_CHECKING:  # cel.py reads paths with this module: what needs cel.py is for the checker only
+    from .cel import CompiledExpression
+    from .policy import Rule
+    from .programs import FusedProgram
+    from .ruleset import RuleSet
 
 ROOTS = ("object", "oldObject", "namespaceObject", "request", "podSpec")
 WHOLE = None  # a node of a projection tree that keeps the value as it is
@@ -96,3 +108,96 @@ def project(value: Any, tree: Tree) -> Any:
         if name in value:
             out[name] = project(value[name], child)
     return out
+
+
+# -- per candidate rules: the trees of their expressions, computed once per rule set ----------------
+
+# An expression that reads nothing but these gives the same answer for every request in one
+# version of a namespace (params and the accelerator table are fixed per rule set).
+NAMESPACE_VARIABLES = frozenset({"namespaceObject", "params", "accelerators"})
+
+
+@dataclass(frozen=True, slots=True)
+class Projection:
+    """What the CEL variables are cut down to for a set of candidate rules in one phase, and how they run."""
+
+    trees: Mapping[str, Tree]
+    covered: frozenset[int]  # ids of the expressions the trees were computed from
+    references: frozenset[str] = frozenset()  # variables those expressions read: what the shared activation holds
+    # the candidates that mutate / validate in this phase, in file order: the run's two loops
+    mutating: tuple[Rule, ...] = ()
+    validating: tuple[Rule, ...] = ()
+    # (id of an expression, namespace uid, resourceVersion) -> (the expression, the Namespace, its result), for
+    # expressions of the namespace alone (programs.Programs._namespace_result); lives as long as the rule set
+    namespace_results: dict[tuple[int, str, str], tuple[CompiledExpression, Any, Any]] = field(
+        default_factory=dict, compare=False, hash=False
+    )
+    # id of a validating rule with an expression that can be fused -> (its condition, its validation,
+    # whether each reads the namespace alone); an expression that cannot (params without a CEL
+    # literal) is None and runs alone (programs.Programs._fused_results)
+    fusion: Mapping[int, tuple[CompiledExpression | None, CompiledExpression | None, bool, bool]] = field(
+        default_factory=dict, compare=False, hash=False
+    )
+    # the fused programs of the validating phase (programs.Programs._fused_results), by what they hold: the ids
+    # of each member's fused condition and validation (0: not fused); None when one did not compile
+    fused: dict[tuple[tuple[int, int], ...], FusedProgram | None] = field(
+        default_factory=dict, compare=False, hash=False
+    )
+
+
+def rule_expressions(rule: Rule, phase: Phase = Phase.ALL) -> list[CompiledExpression]:
+    """The CEL expressions of a rule that run in `phase`: match condition, mutations, validation, message."""
+    validation = rule.validate if phase != Phase.MUTATE else None
+    mutations = rule.mutations if phase != Phase.VALIDATE else ()
+    if validation is None and not mutations:
+        return []
+    found: list[CompiledExpression] = [rule.match.condition] if rule.match.condition is not None else []
+    if validation is not None:
+        found.append(validation.expression)
+    if validation is not None and validation.message_expression is not None:
+        found.append(validation.message_expression)
+    found.extend(e for mutation in mutations for e in mutation.cel())
+    return found
+
+
+def projection_for(ruleset: RuleSet, candidates: tuple[Rule, ...], phase: Phase) -> Projection:
+    """The projection for these candidates in this phase, computed once per rule set, (kind, operation), phase."""
+    cache = ruleset.env.projections
+    key = (id(candidates), phase)
+    found = cache.get(key)
+    if found is not None and found[0] is candidates:
+        cached: Projection = found[1]
+        return cached
+    expressions = [e for rule in candidates for e in rule_expressions(rule, phase)]
+    validating = tuple(rule for rule in candidates if rule.validate is not None) if phase != Phase.MUTATE else ()
+    projection = Projection(
+        merge(e.paths for e in expressions),
+        frozenset(id(e) for e in expressions),
+        frozenset().union(*(e.references for e in expressions)),
+        tuple(rule for rule in candidates if rule.mutations) if phase != Phase.VALIDATE else (),
+        validating,
+        fusion=_fusion(validating),
+    )
+    cache[key] = (candidates, projection)
+    return projection
+
+
+def _fusion(
+    rules: tuple[Rule, ...],
+) -> dict[int, tuple[CompiledExpression | None, CompiledExpression | None, bool, bool]]:
+    """Projection.fusion: the validating rules' expressions that a fused program may hold."""
+    found = {}
+    for rule in rules:
+        assert rule.validate is not None
+        condition = rule.match.condition
+        fused_condition = condition if condition is not None and condition.bound_source is not None else None
+        validation = rule.validate.expression
+        fused_validation = validation if validation.bound_source is not None else None
+        if fused_condition is not None or fused_validation is not None:
+            found[id(rule)] = (
+                fused_condition,
+                fused_validation,
+                fused_condition is not None and fused_condition.references <= NAMESPACE_VARIABLES,
+                fused_validation is not None and fused_validation.references <= NAMESPACE_VARIABLES,
+            )
+    return found

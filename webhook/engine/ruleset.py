@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .cel import CelEnvironment
-from .model import Rule
+from .policy import Rule
 from .resources import Accelerators
 from .workloads import WORKLOAD_KINDS
 

@@ -1,4 +1,8 @@
-"""Where pod templates live in each workload kind, and what to call them in messages: the one table of kinds."""
+"""Where pod templates live in each workload kind, and what to call them in messages: the one table of kinds.
+
+A rule looks at Targets, found here: the object itself (object_target), or each pod template of
+a workload kind (pod_template_targets, what autogen extends a Pod rule to).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,6 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .model import Target
 from .pointer import Path, is_map
 from .pointer import get_path as get_path  # re-exported: the engine's one walker, imported from here too
 
@@ -269,6 +272,20 @@ def object_name(obj: Mapping[str, Any]) -> str:
 
 def owner_name(obj: Mapping[str, Any]) -> str:
     return f"{obj.get('kind', 'object')} {object_name(obj)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a rule looks at inside an object: the object itself, or one pod template of it."""
+
+    description: str  # for messages: "pod web-0", "replica Worker of PyTorchJob llama2-training"
+    root: tuple[str | int, ...]  # path to the object or template ({metadata, spec})
+    pod_specs: tuple[tuple[str | int, ...], ...]  # pod specs this target governs
+    is_pod: bool  # a real Pod (not a template): priority and defaulting rules differ
+
+    @property
+    def metadata(self) -> tuple[str | int, ...]:
+        return (*self.root, "metadata")
 
 
 def pod_template_targets(obj: Mapping[str, Any]) -> list[Target]:

@@ -41,9 +41,7 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_strings
 from jsonpointer import escape
 
-from webhook.engine import celsyntax
-from webhook.engine.cel import plain_result
-from webhook.engine.quantity import QuantityError, parse_quantity, quantity_of
+from webhook.engine import QuantityError, celsyntax, parse_quantity, plain_result, quantity_of
 
 VARIABLES = ("object", "oldObject", "request", "namespaceObject", "params", "variables")
 # how patch.py writes JSONPatch values: the newline before each field cannot occur inside a CEL string

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 
 import yaml
 
-from webhook.engine.schema import POLICY_KIND
+from webhook.engine import POLICY_KIND
 from webhook.kubeyaml import plain_documents
 
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from jsonpointer import escape
 
-from webhook.engine.mutate import (
-    _DNS_SUBDOMAIN,
+from webhook.engine import (
+    DNS_SUBDOMAIN,
     LABEL_VALUE,
     AddToleration,
     Mutation,
@@ -271,9 +271,9 @@ def _set_queue_name(mutation: SetQueueName, translator: Translator, each: Any) -
     )
     needed = f"request.operation == 'CREATE' && !({labelled}) && {present}"
     # a LocalQueue name is a DNS-1123 subdomain; the label holds at most 63 characters (engine/mutate.py)
-    valid = f"size({value}) <= 63 && {value}.matches({string_literal(_DNS_SUBDOMAIN.pattern)})"
+    valid = f"size({value}) <= 63 && {value}.matches({string_literal(DNS_SUBDOMAIN.pattern)})"
     static = mutation.value if mutation.expression is None else None
-    known = None if static is None else len(static) <= 63 and _DNS_SUBDOMAIN.match(static) is not None
+    known = None if static is None else len(static) <= 63 and DNS_SUBDOMAIN.match(static) is not None
     label = each(
         needed,
         _checked(value, valid, f"{set_patch(root, 'gwT.path', ('metadata', 'labels', QUEUE_LABEL), value)}[0]", known),

@@ -25,9 +25,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from webhook.engine import celhelpers, celsyntax
-from webhook.engine.quantity import QuantityError, parse_quantity
-from webhook.engine.resources import Accelerators
+from webhook.engine import Accelerators, QuantityError, celhelpers, celsyntax, parse_quantity
 
 LOOP = "gwT"  # the per-target loop variable of every generated comprehension
 # engine variable -> field of the loop variable (targets.py builds these fields)

@@ -20,10 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.engine.cel import CompiledExpression
-from webhook.engine.model import LabelSelector, Rule
-from webhook.engine.resources import Accelerators
-from webhook.engine.workloads import UNMUTATED_KINDS, WORKLOADS
+from webhook.engine import UNMUTATED_KINDS, WORKLOADS, Accelerators, CompiledExpression, LabelSelector, Rule
 
 from .celenv import BOOL, LIST_OF_JSONPATCH, STRING, CompileError, NativeEnvironment
 from .cost import PER_CALL_LIMIT, POLICY_BUDGET, estimate

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from webhook.engine.model import KindApi
-from webhook.engine.workloads import BY_KIND
+from webhook.engine import BY_KIND, KindApi
 
 from .nativecel import NotNative, Translator, string_literal
 

@@ -30,13 +30,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from webhook.engine import Phase, Rule, RuleSet
-from webhook.engine.inputs import top_level
-from webhook.engine.loader import compile_documents
-from webhook.engine.model import KindApi
-from webhook.engine.resources import Accelerators
-from webhook.engine.schema import TEST_KIND
-from webhook.engine.workloads import BY_KIND, KINDS, WORKLOAD_KINDS, WorkloadKind
+from webhook.engine import (
+    BY_KIND,
+    KINDS,
+    TEST_KIND,
+    WORKLOAD_KINDS,
+    Accelerators,
+    KindApi,
+    Phase,
+    Rule,
+    RuleSet,
+    WorkloadKind,
+    compile_documents,
+    top_level,
+)
 from webhook.kubeyaml import load_documents
 
 MUTATING, VALIDATING = "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"

@@ -21,7 +21,7 @@ from urllib.parse import quote
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from webhook.engine.model import AdmissionInput, priority_class_table
+from webhook.engine import AdmissionInput, priority_class_table
 
 from .connect import ClusterError
 from .watchcache import WatchCache

@@ -8,8 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TextIO
 
-from webhook.engine import Result
-from webhook.engine.model import NO_NAMESPACE_CONTEXT, SEVERITY
+from webhook.engine import NO_NAMESPACE_CONTEXT, SEVERITY, Result
 
 from ..results import ObjectResult, Tally, text
 
