@@ -3,7 +3,7 @@
     python -m bench.audit_bench [--sizes 10000 100000] [--rules two pack] [--jobs 1 2] [--cluster [--cluster-rules two]]
         [--no-diff] [--baseline SRC] [--big 1000000] [--output json] [-- AUDIT-ARGS]
 
-For each rule set and size, generated manifests (bench/audit_data.py) are audited by
+For each rule set and size, generated manifests (bench/manifests.py) are audited by
 `gpu-webhook audit DIR --rules R -o FORMAT` in a child process, exactly as a user runs it. The
 child's own CPU time and peak RSS come from os.wait4 in bench/audit_launch.py (that child alone,
 whatever else ran, and not the RSS of the benchmark that started it), so
@@ -15,7 +15,7 @@ generator's ground truth: a fast wrong answer fails the run. Extra arguments aft
 `--jobs 1 2` runs each case once per job count (wall time is what --jobs buys; CPU time covers
 the worker processes too, as wait4 reports reaped grandchildren; peak RSS is the largest
 process). `--no-diff` adds a pack row without diffs. `--cluster` also audits the same pods
-through `audit --cluster` against the stand-in API server (tests/audit/apistub.py, in this
+through `audit --cluster` against the stand-in API server (tests/support/apistub.py, in this
 process; the child's CPU is the client's alone). `--baseline SRC` adds rows for another
 source tree of the `webhook` package (e.g. `git archive <commit> webhook | tar -x -C SRC`),
 run with this interpreter, so that before/after ratios come from one run on one machine.
@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import audit_data
+from tests.support import manifests
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "bench" / "audit_launch.py"
@@ -89,7 +89,7 @@ def summary_of(tail: bytes) -> dict[str, object]:
     return value
 
 
-def check_truth(summary: dict[str, object], truth: audit_data.Truth) -> None:
+def check_truth(summary: dict[str, object], truth: manifests.Truth) -> None:
     rules = summary["rules"]
     assert isinstance(rules, dict)
     found = {
@@ -108,7 +108,7 @@ def check_truth(summary: dict[str, object], truth: audit_data.Truth) -> None:
 
 def _stub_with_pods(directory: Path) -> Any:
     """The stand-in API server holding the generated pods (read with audit's own loader)."""
-    from tests.audit.apistub import ApiStub
+    from tests.support.apistub import ApiStub
     from webhook.audit.sources import read_manifests
 
     api = ApiStub()
@@ -146,7 +146,7 @@ def main() -> None:
         megabytes: float,
         inputs: list[str],
         extra: list[str],
-        truth: audit_data.Truth,
+        truth: manifests.Truth,
         source: str | None,
     ) -> None:
         run = run_audit(inputs, RULES[name], args.output, [*extra, *args.audit_args], source)
@@ -165,27 +165,27 @@ def main() -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
 
-    codes = [("new", None)] + ([("baseline", args.baseline)] if args.baseline else [])
+    codes = [("this tree", None)] + ([("baseline", args.baseline)] if args.baseline else [])
     with tempfile.TemporaryDirectory(prefix="audit-bench-") as tmp:
         for size in args.big:
             directory = Path(tmp) / f"pods-{size}"
-            truth = audit_data.pods(directory, size)
+            truth = manifests.pods(directory, size)
             megabytes = sum(f.stat().st_size for f in directory.iterdir()) / 2**20
             for jobs in args.jobs:
-                measure("new", "two", size, megabytes, [str(directory)], ["--jobs", str(jobs)], truth, None)
+                measure("this tree", "two", size, megabytes, [str(directory)], ["--jobs", str(jobs)], truth, None)
             for path in directory.iterdir():
                 path.unlink()
         for size in args.sizes:
             directory = Path(tmp) / f"pods-{size}"
-            truth = audit_data.pods(directory, size)
+            truth = manifests.pods(directory, size)
             megabytes = sum(f.stat().st_size for f in directory.iterdir()) / 2**20
             for name in args.rules:
                 for code, source in codes:
-                    for jobs in args.jobs if code == "new" else [1]:
-                        extra = ["--jobs", str(jobs)] if code == "new" else []
+                    for jobs in args.jobs if code == "this tree" else [1]:
+                        extra = ["--jobs", str(jobs)] if code == "this tree" else []
                         measure(code, name, size, megabytes, [str(directory)], extra, truth, source)
                 if name == "pack" and args.no_diff:
-                    measure("new", name, size, megabytes, [str(directory)], ["--no-diff"], truth, None)
+                    measure("this tree", name, size, megabytes, [str(directory)], ["--no-diff"], truth, None)
             if args.cluster:
                 api = _stub_with_pods(directory)
                 with api.running():

@@ -5,7 +5,7 @@
 Wall and CPU time on this shared 2-core machine vary by up to 25% between identical runs;
 instructions do not. The real command (`gpu-webhook audit DIR --rules R -o json`) runs under
 `valgrind --tool=cachegrind --cache-sim=no` (PYTHONHASHSEED=0) on `--small` and on `--large`
-generated pods (bench/audit_data.py); the difference divided by the difference in pods is the
+generated pods (bench/manifests.py); the difference divided by the difference in pods is the
 cost of one more object, startup excluded. `cg_annotate` names each function with its source
 file or symbol, and the functions are grouped by where they come from: the CEL runtime (C++,
 value conversion included), libyaml, rapidyaml, the Python interpreter (bytecode, dicts,
@@ -27,8 +27,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import audit_data
 from bench.audit_bench import RULES, child_env
+from tests.support import manifests
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,7 +94,7 @@ def per_object(rules: Path, small: int, large: int, extra: list[str], source: st
         for size in (small, large):
             pods = Path(tmp) / str(size)
             pods.mkdir()
-            audit_data.pods(pods, size)
+            manifests.pods(pods, size)
             counts.append(count(pods, rules, extra, source))
     return {group: (counts[1][group] - counts[0][group]) / (large - small) for group in set(counts[0]) | set(counts[1])}
 

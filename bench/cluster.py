@@ -1,9 +1,9 @@
 """A stand-in Kubernetes API on 127.0.0.1 holding the tenant Namespace, for the server's namespace watch.
 
 The bench's server runs with its namespace cache on, as in a cluster: `serve --namespaces watch
---kubeconfig` against the test suite's stand-in API (tests/kubestub.py: list and watch as the
-real apiserver answers them), holding the Namespace of bench/apiserver.py (its labels and
-annotations; the stand-in writes its own short managedFields). The tenant rules then run on
+--kubeconfig` against the stand-in API of tests/support/kubestub.py (list and watch as the real
+apiserver answers them), holding the tenant Namespace of tests/support/apiserver.py (its labels
+and annotations; the stand-in writes its own short managedFields). The tenant rules then run on
 every request, and the server converts the Namespace as it does in production.
 """
 
@@ -13,8 +13,8 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench import apiserver
-from tests.kubestub import KubeStub
+from tests.support import apiserver
+from tests.support.kubestub import KubeStub
 
 
 @contextlib.contextmanager

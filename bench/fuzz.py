@@ -19,8 +19,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from tests.reliability.hostile import ABUSES, abuse, abuse_verdict, cases, send_cases
 from tests.support import RULES, client_ssl, cpu_pod, make_review, start_server
+from tests.support.hostile import ABUSES, abuse, abuse_verdict, cases, send_cases
 from webhook.certs import generate_bundle, write_bundle
 
 

@@ -1,124 +1,19 @@
-"""Realistic AdmissionReviews for the benchmarks, and generated rule sets for the scaling runs.
+"""The benchmarks' workloads: named AdmissionReviews, serialised, and generated rule sets for the scaling runs.
 
-Objects are shaped like what users submit (env, volume mounts, probes, resources), so
-parse and CEL costs are representative; sizes are reported next to each figure.
+The objects are the realistic ones of tests/support/reviews.py (env, volume mounts, probes,
+resources), so parse and CEL costs are representative; by default each review is the one a
+kube-apiserver sends (tests/support/apiserver.py).
 """
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from bench import apiserver
-
-
-def container(index: int, gpus: int = 0, env: int = 6) -> dict[str, Any]:
-    resources: dict[str, Any] = {
-        "requests": {"cpu": "4", "memory": "16Gi"},
-        "limits": {"cpu": "8", "memory": "32Gi"},
-    }
-    if gpus:
-        resources["requests"]["nvidia.com/gpu"] = str(gpus)
-        resources["limits"]["nvidia.com/gpu"] = str(gpus)
-    return {
-        "name": f"worker-{index}",
-        "image": "nvcr.io/nvidia/pytorch:24.05-py3" if gpus else "python:3.12-slim",
-        "command": ["python", "-m", "train", "--config", "/etc/train/config.yaml"],
-        "env": [{"name": f"VAR_{i}", "value": f"value-{i}"} for i in range(env)],
-        "ports": [{"containerPort": 8080 + index, "protocol": "TCP"}],
-        "resources": resources,
-        "volumeMounts": [
-            {"name": "data", "mountPath": "/data"},
-            {"name": "config", "mountPath": "/etc/train", "readOnly": True},
-        ],
-        "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080 + index}, "periodSeconds": 10},
-        "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True},
-    }
-
-
-def pod_spec(containers: int, gpus: int) -> dict[str, Any]:
-    return {
-        "containers": [container(i, gpus if i == 0 else 0) for i in range(containers)],
-        "volumes": [
-            {"name": "data", "persistentVolumeClaim": {"claimName": "datasets"}},
-            {"name": "config", "configMap": {"name": "train-config"}},
-        ],
-        "restartPolicy": "Never",
-        "serviceAccountName": "trainer",
-        "priority": 0,
-    }
-
-
-def metadata(name: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "namespace": "team-a",
-        "labels": {"app": name, "team": "a", "kueue.x-k8s.io/queue-name": "team-a"},
-        "annotations": {"owner": "alice@example.com"},
-    }
-
-
-def pod(containers: int = 1, gpus: int = 1) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata("train"), "spec": pod_spec(containers, gpus)}
-
-
-def job(containers: int = 1, gpus: int = 1) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": metadata("train-job"),
-        "spec": {
-            "backoffLimit": 2,
-            "template": {"metadata": {"labels": {"app": "train-job"}}, "spec": pod_spec(containers, gpus)},
-        },
-    }
-
-
-def pytorch_job(workers: int = 4, gpus: int = 8) -> dict[str, Any]:
-    def replica(count: int) -> dict[str, Any]:
-        return {
-            "replicas": count,
-            "restartPolicy": "OnFailure",
-            "template": {"spec": pod_spec(1, gpus)},
-        }
-
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": metadata("llama2-training"),
-        "spec": {"pytorchReplicaSpecs": {"Master": replica(1), "Worker": replica(workers)}},
-    }
-
-
-def review(obj: dict[str, Any], operation: str = "CREATE") -> dict[str, Any]:
-    """An AdmissionReview shaped like the apiserver's."""
-    api_version = obj["apiVersion"]
-    group, _, version = api_version.rpartition("/")
-    kind = obj["kind"]
-    resource = {"group": group, "version": version, "resource": kind.lower() + "s"}
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": str(uuid.uuid4()),
-            "kind": {"group": group, "version": version, "kind": kind},
-            "resource": resource,
-            "requestKind": {"group": group, "version": version, "kind": kind},
-            "requestResource": resource,
-            "name": obj["metadata"]["name"],
-            "namespace": obj["metadata"]["namespace"],
-            "operation": operation,
-            "userInfo": {"username": "alice@example.com", "uid": "1234", "groups": ["system:authenticated"]},
-            "object": obj,
-            "oldObject": None,
-            "dryRun": False,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
-        },
-    }
-
+from tests.support import apiserver
+from tests.support.reviews import job, pod, pytorch_job, review
 
 # The named workloads every run uses; "mix" cycles through all of them.
 WORKLOADS: dict[str, Any] = {
@@ -134,10 +29,10 @@ WORKLOADS: dict[str, Any] = {
 def bodies(workload: str, endpoint: str = "mutate") -> list[bytes]:
     """Serialised reviews for one workload (or every one for "mix"), each with its own uid.
 
-    By default shaped as a kube-apiserver sends them to `endpoint` (bench/apiserver.py: defaulted,
-    with managedFields, userInfo and options; the validating phase's object has been through the
-    registry). A `plain-` prefix ("plain-gpu-pod", "plain-mix") gives the objects as users write
-    them, the figures before issue 14.
+    By default shaped as a kube-apiserver sends them to `endpoint` (tests/support/apiserver.py:
+    defaulted, with managedFields, userInfo and options; the validating phase's object has been
+    through the registry). A `plain-` prefix ("plain-gpu-pod", "plain-mix") gives the objects as
+    users write them (the request without what the apiserver adds).
     """
     plain = workload.startswith("plain-")
     name = workload.removeprefix("plain-")

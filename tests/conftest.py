@@ -106,7 +106,7 @@ SLOW: dict[str, str] = {
     "tests/server/test_workers.py": "server processes with --workers 2",
     "tests/audit/test_jobs.py::test_jobs_two_writes_the_same_bytes_as_jobs_one": "forks --jobs 2 worker processes",
     # a directory: every file in it
-    "tests/e2e": "a real etcd + kube-apiserver and `gpu-webhook serve` as subprocesses (tests/envtest.py)",
+    "tests/e2e": "a real etcd + kube-apiserver and `gpu-webhook serve` as subprocesses (tests/support/envtest.py)",
     # kubectl
     "tests/deploy/test_render.py::test_builtin_renderer_matches_kubectl_kustomize": "kubectl",
     "tests/deploy/test_render.py::test_components_render_the_same_through_kubectl": "kubectl",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.audit.apistub import ApiStub
+from tests.support.apistub import ApiStub
 from webhook.cli import main
 from webhook.kubeyaml import plain_documents
 

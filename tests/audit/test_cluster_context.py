@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.audit.apistub import ApiStub
 from tests.audit.conftest import PACK_RULES
-from tests.kubestub import CLAIM_TEMPLATES, PRIORITY_CLASSES, KubeStub
+from tests.support.apistub import ApiStub
+from tests.support.kubestub import CLAIM_TEMPLATES, PRIORITY_CLASSES, KubeStub
 from webhook.audit.cluster import Api, read_context
 from webhook.audit.context import NamespaceContext
 from webhook.engine import Phase, evaluate, load_rules

@@ -1,7 +1,7 @@
 """Every report format, byte for byte, against what the audit wrote before its speed work (issue 15).
 
 The corpus mixes what the fast paths must not change: the bench's pods, Jobs, Deployments and
-PyTorchJobs (bench/audit_data.py, varied) and a List through rapidyaml; files that take the libyaml path (YAML 1.1 words, octals, anchors, a
+PyTorchJobs (tests/support/manifests.py, varied) and a List through rapidyaml; files that take the libyaml path (YAML 1.1 words, octals, anchors, a
 timestamp, a quoted number); a JSON file; Namespace objects as context; objects without a
 namespace, with a uid, with generateName, cluster-scoped ones; skipped documents (notes) and
 broken files (problems). The expected reports in fixtures/report-bytes/ were written by the
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.audit_data import DEPLOYMENT, JOB, POD, PYTORCHJOB
 from tests.audit.conftest import EXTRA_RULES, NS_RULES, PACK_RULES
+from tests.support.manifests import DEPLOYMENT, JOB, POD, PYTORCHJOB
 
 EXPECTED = Path(__file__).parent / "fixtures" / "report-bytes"
 RECORD = bool(os.environ.get("GPU_WEBHOOK_RECORD"))
@@ -72,7 +72,7 @@ just: a map
 
 
 def corpus(root: Path) -> None:
-    """The bench's own templates (bench/audit_data.py), moved to the namespaces of NS_RULES and varied."""
+    """The bench's own templates (tests/support/manifests.py), moved to the namespaces of NS_RULES and varied."""
     root.mkdir(parents=True)
     places = ("", "open", "locked", "team-7")
     pods = []

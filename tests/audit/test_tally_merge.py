@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.audit_data import mix
 from tests.audit.conftest import NS_RULES, PACK_RULES
+from tests.support.manifests import mix
 from webhook.audit import Tally, audit, read_manifests
 from webhook.audit import results as results_module
 from webhook.audit.context import NamespaceContext

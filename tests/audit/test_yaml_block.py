@@ -69,7 +69,7 @@ def test_the_same_bytes_as_pyyaml(value, width):
 
 
 def test_manifests_take_the_fast_path(tmp_path):
-    from bench.audit_data import mix
+    from tests.support.manifests import mix
 
     mix(tmp_path, 200)
     for item in read_manifests([str(tmp_path)]):

@@ -270,7 +270,7 @@ def test_rapidyaml_takes_ordinary_manifests_with_the_same_answer(text):
 
 
 def test_bench_pods_take_the_rapid_path(tmp_path):
-    from bench.audit_data import mix
+    from tests.support.manifests import mix
 
     mix(tmp_path, 300)  # pods, Jobs, Deployments, PyTorchJobs: flow mappings, quoted numbers
     (path,) = tmp_path.iterdir()
@@ -289,7 +289,7 @@ def _rss_kib() -> int:
 @pytest.mark.skipif(not rapid.available() or not __import__("os").path.exists("/proc/self/status"), reason="Linux")
 def test_rapidyaml_memory_stays_flat(tmp_path):
     # rapidyaml's emit_json_malloc leaked its output (~600 KiB per 1,000 pods: 98 MiB at 100k)
-    from bench.audit_data import pods
+    from tests.support.manifests import pods
 
     pods(tmp_path, 300)
     data = next(tmp_path.iterdir()).read_bytes()

@@ -29,8 +29,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.envtest import SKIP_REASON, EnvTest, Response, assets_dir, free_port, log_tail, spawn, terminate
 from tests.support import REPO, RULES
+from tests.support.envtest import SKIP_REASON, EnvTest, Response, assets_dir, free_port, log_tail, spawn, terminate
 from webhook.certs import CA_FILE, Bundle, generate_serving, load_ca, write_bundle
 from webhook.engine import KINDS, WorkloadKind
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import TENANT_LABEL, gpu_pod, gpu_webhook
-from tests.envtest import EnvTest
+from tests.support.envtest import EnvTest
 
 NAMESPACE = "team-audit"
 PLAIN_NAMESPACE = "audit-plain"  # no tenant label: the tenant rules do not act

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from tests.e2e.conftest import WebhookServer, gpu_pod
-from tests.envtest import EnvTest, Response
 from tests.support import REPO
+from tests.support.envtest import EnvTest, Response
 
 OPERATIONS = REPO / "docs" / "operations.md"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"

@@ -48,10 +48,10 @@ import pytest
 import yaml
 
 from tests.e2e.conftest import BUILT_IN_GROUPS, CLUSTER_FLAGS, E2E_IMAGE, gpu_webhook, workload_crd
-from tests.envtest import ADMIN_GROUP, ADMIN_USER, SKIP_REASON, EnvTest, Response, assets_dir
 from tests.export.equivalence import NAME_LABEL, debug_cases, suite_cases, wrap
 from tests.export.test_celenv import APISERVER_VERDICTS, ESCAPE_KEY, JP
 from tests.support import RULES
+from tests.support.envtest import ADMIN_GROUP, ADMIN_USER, SKIP_REASON, EnvTest, Response, assets_dir
 from webhook.engine import KINDS, AdmissionInput, Decision, Limits, Phase, RuleSet, evaluate, load_rules
 from webhook.export import CLAIMS_MODES, Release, export
 from webhook.export.versions import DEFAULT_VERSION

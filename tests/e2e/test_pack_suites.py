@@ -36,8 +36,8 @@ import jsonpointer
 import pytest
 
 from tests.e2e.conftest import WebhookServer
-from tests.envtest import EnvTest, Response
 from tests.support import RULES
+from tests.support.envtest import EnvTest, Response
 from webhook.authoring.suite import Suite, admission, discover
 from webhook.engine import Decision, Phase, RuleSet, evaluate
 

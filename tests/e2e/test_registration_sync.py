@@ -28,8 +28,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.envtest import EnvTest, free_port, log_tail, spawn, terminate
 from tests.support import REPO, RULES
+from tests.support.envtest import EnvTest, free_port, log_tail, spawn, terminate
 from webhook.certs import CA_FILE
 from webhook.engine import RuleSet
 from webhook.install.registration import CONFIGURATION_NAMES, ENTRIES, MUTATING, VALIDATING, entry_fields

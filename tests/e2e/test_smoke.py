@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import TENANT_LABEL, WebhookServer, gpu_pod
-from tests.envtest import EnvTest
+from tests.support.envtest import EnvTest
 
 NAMESPACE = "team-smoke"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}

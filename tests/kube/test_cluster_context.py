@@ -1,4 +1,4 @@
-"""Cluster context against the stand-in API server (tests/kubestub.py): namespaces looked up on a
+"""Cluster context against the stand-in API server (tests/support/kubestub.py): namespaces looked up on a
 miss, stale watches reported, PriorityClasses and DRA claim templates handed to the engine, and a
 server that says which rules cannot act without a watch."""
 
@@ -17,8 +17,8 @@ import aiohttp
 import pytest
 from kubernetes import client
 
-from tests.kubestub import CLAIM_TEMPLATES, PRIORITY_CLASSES, KubeStub
 from tests.support import RULES, LiveServer, client_ssl, free_port, gpu_pod, make_review, start_server
+from tests.support.kubestub import CLAIM_TEMPLATES, PRIORITY_CLASSES, KubeStub
 from webhook.engine import AdmissionInput, evaluate, load_rules
 from webhook.kube import ClusterContext, NamespaceCache
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from kubernetes import client
 
-from tests.kubestub import KubeStub
+from tests.support.kubestub import KubeStub
 from webhook.engine import AdmissionInput, evaluate, load_rules
 from webhook.kube import NamespaceCache
 

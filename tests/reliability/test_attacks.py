@@ -1,7 +1,7 @@
 """The short form of `python -m bench.attacks` (issue 12): three tenant attacks on one server
 while a legitimate client sends compliant GPU pods at 50 req/s, against the issue's targets.
 
-Sizes are cut down for CI (bench.attacks.SHORT: 3,000 random kinds, 600 idle TLS + 300
+Sizes are cut down for CI (tests.support.attacks.SHORT: 3,000 random kinds, 600 idle TLS + 300
 silent TCP connections, 8 senders of 2.9 MiB pods for 4 s); the long form's figures are in
 docs/security.md. Deselect with `-m "not attack"` on a machine too busy for timing targets.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.attacks import SHORT, TARGETS, run
+from tests.support.attacks import SHORT, TARGETS, run
 
 pytestmark = pytest.mark.attack
 

@@ -3,7 +3,7 @@ requests keep coming lose nothing. The long form is `python -m bench.faults` (10
 
 from __future__ import annotations
 
-from bench.faults import run
+from tests.support.faults import run
 
 
 async def test_reloads_certificate_swaps_and_sigterm_under_load_lose_no_request() -> None:

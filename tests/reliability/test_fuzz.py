@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.hostile import ABUSES, abuse, abuse_verdict, cases, send_cases
 from tests.support import LiveServer, client_ssl, cpu_pod, make_review
+from tests.support.hostile import ABUSES, abuse, abuse_verdict, cases, send_cases
 from webhook.engine import AdmissionInput, Limits, Phase, evaluate, load_rules
 
 CI_CASES = 500

@@ -8,8 +8,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.kubestub import KubeStub
 from tests.support import LiveServer, client_ssl, cpu_pod, make_review, start_server, wait_ready
+from tests.support.kubestub import KubeStub
 from webhook.kube import NamespaceCache, connect
 
 TENANT = {"gpu-webhook.io/tenant": "true"}  # cpu-pods-off-gpu-nodes applies to tenant namespaces

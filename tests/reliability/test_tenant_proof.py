@@ -23,9 +23,9 @@ import aiohttp
 import orjson
 import pytest
 
-from bench.reviews import pod, review
 from tests.reliability.test_rule_safety import pod_input, ruleset
 from tests.support import LiveServer, client_ssl, free_port, make_review, start_server, wait_ready
+from tests.support.reviews import pod, review
 from webhook.engine import evaluate
 from webhook.engine.cel import ITERATION_BUDGET
 from webhook.server.metrics import Metrics
@@ -165,7 +165,7 @@ async def test_at_the_connection_limit_idle_connections_make_room_and_busy_ones_
 
 async def test_large_pods_do_not_stall_small_ones(live_server: LiveServer) -> None:
     # was: a 2.9 MiB pod took ~0.5 s on the event loop, and every request waited behind it
-    from bench.attacks import heavy_pod
+    from tests.support.reviews import heavy_pod
 
     big = orjson.dumps(review(heavy_pod()))
     small = orjson.dumps(review(pod()))
@@ -397,7 +397,7 @@ def test_lint_leaves_the_fast_forms_alone(tmp_path: Path, expression: str) -> No
 def test_a_signal_to_the_evaluation_process_does_not_stop_the_server(cert_dir: Path, rules_dir: Path) -> None:
     # The evaluation process is forked from the server; with the server's signal handlers it
     # wrote the signal to the server's wake-up socket, and the server drained as if it had been told to.
-    from bench.attacks import heavy_pod
+    from tests.support.reviews import heavy_pod
 
     port = free_port()
     process = subprocess.Popen(serve_command(port, cert_dir, rules_dir), stderr=subprocess.DEVNULL)

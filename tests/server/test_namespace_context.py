@@ -16,8 +16,8 @@ import jsonpatch
 import pytest
 import yaml
 
-from tests.kubestub import KubeStub
 from tests.support import EXAMPLES, RULES, LiveServer, client_ssl, free_port, make_review, start_server
+from tests.support.kubestub import KubeStub
 from webhook.kube import NamespaceCache, connect
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"

@@ -1,4 +1,4 @@
-"""Helpers for tests: AdmissionReviews shaped like the apiserver's, sample pods, a TLS client."""
+"""The server in process and a client for it: start_server, LiveServer, a TLS client, waits on observable state."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import logging
 import socket
 import ssl
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from webhook.certs import CA_FILE
 from webhook.engine import RuleSet, load_rules
 from webhook.server import Server, ServerConfig
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "rules"
 EXAMPLES = REPO / "examples"
 
@@ -87,70 +86,6 @@ async def start_server(cert_dir: Path, rules_dir: Path, namespaces: Any = None, 
     server = Server(config, namespaces=namespaces)
     await server.start()
     return server
-
-
-def make_review(
-    obj: dict[str, Any] | None,
-    operation: str = "CREATE",
-    old: dict[str, Any] | None = None,
-    namespace: str | None = None,
-    dry_run: bool = False,
-    username: str = "alice@example.com",
-) -> dict[str, Any]:
-    """An AdmissionReview shaped like the apiserver's (fields as kube-apiserver 1.3x sends them)."""
-    subject = obj if obj is not None else old
-    assert subject is not None
-    api_version = subject.get("apiVersion", "v1")
-    group, _, version = api_version.rpartition("/")
-    kind = subject["kind"]
-    resource = kind.lower() + "s"
-    namespace = namespace or subject.get("metadata", {}).get("namespace", "default")
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": str(uuid.uuid4()),
-            "kind": {"group": group, "version": version, "kind": kind},
-            "resource": {"group": group, "version": version, "resource": resource},
-            "requestKind": {"group": group, "version": version, "kind": kind},
-            "requestResource": {"group": group, "version": version, "resource": resource},
-            "name": subject.get("metadata", {}).get("name", ""),
-            "namespace": namespace,
-            "operation": operation,
-            "userInfo": {"username": username, "uid": "1234", "groups": ["system:authenticated", "team-a"]},
-            "object": obj,
-            "oldObject": old,
-            "dryRun": dry_run,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": f"{operation.capitalize()}Options"},
-        },
-    }
-
-
-def gpu_pod(name: str = "train", gpus: int = 1, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "team-a"},
-        "spec": {
-            "containers": [
-                {
-                    "name": "trainer",
-                    "image": "nvcr.io/nvidia/pytorch:24.05-py3",
-                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"nvidia.com/gpu": str(gpus)}},
-                }
-            ],
-            **spec,
-        },
-    }
-
-
-def cpu_pod(name: str = "web", **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "team-a"},
-        "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}], **spec},
-    }
 
 
 def free_port() -> int:

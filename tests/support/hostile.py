@@ -1,6 +1,6 @@
 """Malformed and adversarial AdmissionReview bodies, and the rule that judges the answers.
 
-Shared by the CI fuzz test (a few hundred cases) and `bench/fuzz.py` (tens of thousands).
+Shared by the CI fuzz test (a few hundred cases) and `python -m bench.fuzz` (tens of thousands).
 Cases are generated from a seed, so a failure is reproduced by its seed and index.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from tests.support import cpu_pod, gpu_pod, make_review
+from tests.support.reviews import cpu_pod, gpu_pod, make_review
 
 MAX_BODY = 3 * 1024 * 1024
 

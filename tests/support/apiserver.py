@@ -1,6 +1,6 @@
 """AdmissionReviews shaped like the ones a kube-apiserver really sends, and the Namespace the cache holds.
 
-The plain bench reviews (bench/reviews.py) carry what a user writes. The apiserver sends more:
+The reviews of tests/support/reviews.py carry what a user writes. The apiserver sends more:
 by the time a mutating webhook is called, the object has been defaulted (pkg/apis/core/v1
 defaults.go: SetDefaults_PodSpec, SetDefaults_Container, probe and port defaults), the built-in
 mutating admission plugins have run (ServiceAccount: the kube-api-access projected volume and its
