@@ -1,1 +1,1 @@
-"""Benchmarks for gpu-webhook: load generator, no-op floor server, scaling runs, cost breakdown."""
+"""gpu-webhook's benchmarks: bench/README.md says what each measures, its command and how long it takes."""

@@ -22,7 +22,7 @@ PARTS: list[tuple[str, tuple[str, ...]]] = [
     ("serialise", ("build_response (",)),
     ("metrics", ("webhook/server/metrics.py", "prometheus_client")),
     ("logging", ("logging/__init__.py", "_log_decision")),
-    ("rest of the handler: body read, Response, bookkeeping", ("webhook/server/app.py", "webhook/server/admission.py")),
+    ("rest of the handler: body read, Response, bookkeeping", ("webhook/server/",)),
     ("TLS", ("ssl.py", "sslproto.py")),
     ("aiohttp (HTTP parsing, routing, response)", ("aiohttp/",)),
 ]

@@ -97,7 +97,7 @@ def markdown(r: dict[str, Any]) -> str:
     lines.append("")
     for name, shares in r["breakdown"].items():
         parts = ", ".join(f"{k} {v * 100:.0f}%" for k, v in shares.items())
-        lines.append(f"evaluate() of {name}, both phases, by cProfile share: {parts}.  ")
+        lines.append(f"evaluate() of {name}, both phases, own time by module (cProfile): {parts}.  ")
     ms = r["micro_scaling"]
     lines += [
         "",
@@ -166,9 +166,13 @@ def _pair_row(label: str, pair: dict[str, Any]) -> str:
     )
 
 
-def plot(r: dict[str, Any], path: Path) -> None:
-    import matplotlib
-    import matplotlib.ticker
+def plot(r: dict[str, Any], path: Path) -> bool:
+    """The latency-vs-load PNG; False when matplotlib (the `bench` extra) is not installed."""
+    try:
+        import matplotlib
+        import matplotlib.ticker
+    except ImportError:
+        return False
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -192,3 +196,4 @@ def plot(r: dict[str, Any], path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)
+    return True

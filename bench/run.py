@@ -1,10 +1,11 @@
-"""One command for every figure in docs/performance.md: `python -m bench.run [--quick]`.
+"""The server's figures of docs/performance.md in one run: `python -m bench.run [--quick]`.
 
 Starts the no-op floor and gpu-webhook as separate server processes on 127.0.0.1 and
 drives both with the same loads in the same run, so figures are ratios measured under
 the same (noisy, shared) conditions. With one worker each server is pinned to CPU 0 and
 the load generator to CPU 1, so "one core" means one core. Writes
-bench/results/<timestamp>.json, .md (the table) and -latency.png.
+bench/results/tmp/<timestamp>.json, .md (the tables) and -latency.png (with matplotlib);
+bench/results/tmp is not tracked by git.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from bench.wrk import run_wrk
 from webhook.certs import CA_FILE, generate_bundle, write_bundle
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
+RESULTS = REPO / "bench" / "results" / "tmp"
 SERVER_CPU, CLIENT_CPU = 0, 1
 
 
@@ -97,8 +98,8 @@ def server(
     kubeconfig: Path | None = None,
     metrics_port: int | None = None,
 ) -> Iterator[Running]:
-    """One server process. `repo`: run gpu-webhook's code from another checkout (the "before" of a
-    comparison); `kubeconfig`: its namespace watch (bench.cluster); `metrics_port`: its /metrics."""
+    """One server process. `repo`: run gpu-webhook's code from another checkout (the other side of
+    a comparison); `kubeconfig`: its namespace watch (bench.cluster); `metrics_port`: its /metrics."""
     port = free_port()
     if kind == "noop":
         command = [sys.executable, "-m", "bench.noop_server", "--port", str(port), "--cert-dir", str(certs)]
@@ -111,7 +112,8 @@ def server(
             command += ["--metrics-port", str(metrics_port)]
     if workers > 1:
         command += ["--workers", str(workers)]
-    command += ["--loop", loop]
+    if loop is not None:
+        command += ["--loop", loop]
     pin = workers == 1 and len(os.sched_getaffinity(0)) >= 2
     preexec = (lambda: os.sched_setaffinity(0, {SERVER_CPU})) if pin else None
     env = dict(os.environ, PYTHONPATH=str(repo)) if kind != "noop" else None
@@ -187,7 +189,7 @@ def real_path(
 ) -> dict[str, Any]:
     """A real pod create's cost, from the servers' own handler-time histogram.
 
-    The apiserver-shaped GPU pod (bench/apiserver.py) to /mutate, then its validating-phase
+    The apiserver-shaped GPU pod (tests/support/apiserver.py) to /mutate, then its validating-phase
     review to /validate, with the namespace cache on (bench/cluster.py). With `before` (another
     checkout, e.g. main), its server runs beside this one, and every load alternates between
     them, so the two are measured under the same neighbours. With `compare_loops`, this checkout
@@ -365,7 +367,7 @@ def run(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="shorter runs and fewer points (~2 minutes)")
+    parser.add_argument("--quick", action="store_true", help="shorter runs and fewer points (~3.5 minutes)")
     parser.add_argument(
         "--loop",
         choices=["asyncio", "uvloop", "auto"],
@@ -375,7 +377,7 @@ def main() -> int:
     parser.add_argument(
         "--before",
         type=Path,
-        help="another checkout (e.g. `git worktree add /tmp/main main`): its server runs beside this one "
+        help="another checkout (e.g. `git worktree add ../main main`): its server runs beside this one "
         "in the real-path section, for before/after figures from the same run",
     )
     parser.add_argument("--real-path-only", action="store_true", help="measure only the real pod create (~1 minute)")
@@ -393,10 +395,11 @@ def main() -> int:
     from bench.report import markdown, plot  # matplotlib only when reporting
 
     (args.out / f"{stamp}.md").write_text(markdown(results))
-    if "open_loop" in results:
-        plot(results, args.out / f"{stamp}-latency.png")
+    written = [".json", ".md"]
+    if "open_loop" in results and plot(results, args.out / f"{stamp}-latency.png"):
+        written.append("-latency.png")
     print(markdown(results))
-    print(f"wrote {args.out / stamp}.json, .md, -latency.png")
+    print(f"wrote {args.out / stamp}: {', '.join(written)}")
     return 0
 
 

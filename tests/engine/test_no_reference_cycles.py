@@ -2,8 +2,8 @@
 
 A cycle (a closure holding the run that holds the closure) keeps each request's working copy,
 activations and trace alive until the garbage collector runs, and the collector's passes then
-cost every request: +13-27% of a /mutate in process when one such closure slipped in
-(bench.micro_ab). The server's path and the offline doors' (trace on) are both checked.
+cost every request: +13-27% of a /mutate in process when one such closure slipped in.
+The server's path and the offline doors' (trace on) are both checked.
 """
 
 from __future__ import annotations
