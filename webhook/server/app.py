@@ -14,7 +14,7 @@ import logging
 import signal
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,14 +24,12 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from webhook.certs import CERT_FILE, KEY_FILE
-from webhook.engine import Mode, Phase
-from webhook.engine.model import AdmissionInput, Limits
+from webhook.engine import AdmissionInput, Limits, Mode, Phase
 from webhook.server.connections import GuardedSite, shrink_tls_buffers
-from webhook.server.context import admission_input
 from webhook.server.memory import settle, trim_periodically
 from webhook.server.metrics import Metrics
 from webhook.server.offload import Offload
-from webhook.server.pipeline import DecideConfig, Problem, parse, respond, with_body
+from webhook.server.pipeline import Pipeline, Problem
 from webhook.server.recorder import ReviewRecorder
 from webhook.server.reload import CertificateStore, RuleStore, watch
 
@@ -134,6 +132,52 @@ class ServerState:
     background: list[asyncio.Task[Any]] = field(default_factory=list)
     recorder: ReviewRecorder | None = None
 
+    def pipeline(self, phase: Phase, endpoint: str) -> Pipeline:
+        config = self.config
+        return Pipeline(
+            phase,
+            endpoint,
+            self.rules,
+            config.mode,
+            Limits(config.rule_time_budget, config.max_collection),
+            config.offload_threshold,
+            self.offload,
+            self.namespaces,
+        )
+
+    @contextlib.contextmanager
+    def request_in_flight(self) -> Iterator[None]:
+        """Counts the request for draining (Server.stop waits until none is in flight)."""
+        self.in_flight += 1
+        self.idle.clear()
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self.idle.set()
+
+    @contextlib.contextmanager
+    def large_request(self, declared: int | None) -> Iterator[None]:
+        """Admits a large body (declared over the offload threshold, or of unknown length: chunked)
+        while fewer than max_large_requests are in progress; more are refused at once (429)."""
+        config = self.config
+        if declared is not None and declared <= config.offload_threshold:
+            yield
+            return
+        if self.large_in_progress >= config.max_large_requests:
+            raise _Refused(
+                429,
+                f"{config.max_large_requests} requests over {config.offload_threshold} bytes "
+                "are already being evaluated; retry",
+                retry_after=True,
+            )
+        self.large_in_progress += 1
+        try:
+            yield
+        finally:
+            self.large_in_progress -= 1
+
 
 STATE = web.AppKey("state", ServerState)
 
@@ -150,91 +194,68 @@ def tls_context(cert_dir: str, client_ca: str | None = None) -> ssl.SSLContext:
     return context
 
 
-def _admission_handler(phase: Phase, endpoint: str) -> Callable[[web.Request], Any]:
+def _admission_handler(pipeline: Pipeline) -> Callable[[web.Request], Any]:
+    """The transport of one endpoint: read the body, call the pipeline, map its answer to HTTP and metrics."""
+    endpoint = pipeline.endpoint
+
     async def handle(request: web.Request) -> web.Response:
         state = request.app[STATE]
-        state.in_flight += 1
-        state.idle.clear()
-        try:
-            response = await admit(request, state)
-        finally:
-            state.in_flight -= 1
-            if state.in_flight == 0:
-                state.idle.set()
-        if state.stopping:
-            response.force_close()  # while draining, no connection is kept for a next request
-        return response
-
-    async def admit(request: web.Request, state: ServerState) -> web.Response:
         started = time.perf_counter()
-        declared = request.content_length
-        if (declared or 0) > MAX_BODY:  # refuse from the header, without waiting for the body
-            state.metrics.rejected.labels("413").inc()
-            return _problem(413, f"request body exceeds {MAX_BODY} bytes")
-        large = declared is None or declared > state.config.offload_threshold
-        if large:
-            if state.large_in_progress >= state.config.max_large_requests:
-                state.metrics.rejected.labels("429").inc()
-                return _problem(
-                    429,
-                    f"{state.config.max_large_requests} requests over {state.config.offload_threshold} bytes "
-                    "are already being evaluated; retry",
-                    retry_after=True,
-                )
-            state.large_in_progress += 1
-        try:
-            return await answer(request, state, started)
-        finally:
-            if large:
-                state.large_in_progress -= 1
-
-    async def answer(request: web.Request, state: ServerState, started: float) -> web.Response:
-        try:
-            if request.content.is_eof():
-                body = await request.read()  # already all here (the usual case): no timer needed
-            else:
-                # asyncio.timeout, not wait_for: wait_for wraps the read in a task of its own (3.11)
-                async with asyncio.timeout(state.config.body_timeout):
-                    body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            state.metrics.rejected.labels("413").inc()
-            return _problem(413, f"request body exceeds {MAX_BODY} bytes")
-        except TimeoutError:
-            state.metrics.rejected.labels("408").inc()
-            return _problem(408, f"request body not received within {state.config.body_timeout:g}s")
-        except ConnectionError:
-            # the client went away mid-body (nginx calls this 499): nothing to answer, nothing broken here
-            state.metrics.rejected.labels("499").inc()
-            return _problem(400, "client closed the connection before sending the whole body")
-        if state.recorder is not None:
-            state.recorder.record(endpoint, body)
-        ruleset = state.rules.ruleset
-        if ruleset is None:
-            state.metrics.rejected.labels("503").inc()
-            return _problem(503, "no rule set loaded yet")
-        config = DecideConfig(
-            phase, state.config.mode, Limits(state.config.rule_time_budget, state.config.max_collection)
-        )
-        if len(body) > state.config.offload_threshold:
+        with state.request_in_flight():
+            try:
+                body = await _read_body(request, state)
+            except _Refused as refused:
+                state.metrics.rejected.labels(refused.code).inc()
+                return _closing(state, _problem(refused.status, refused.message, refused.retry_after))
+            if state.recorder is not None:
+                state.recorder.record(endpoint, body)
+            result = await pipeline(body)
+        if result.offloaded:
             state.metrics.offloaded.inc()
-            result = await state.offload.decide(
-                ruleset, state.rules.generation, config, body, endpoint, state.namespaces
-            )
-        else:  # the fast path: no hop for a small object
-            review = parse(body, endpoint)
-            if isinstance(review, Problem):
-                result = review
-            else:
-                admission = with_body(await admission_input(state.namespaces, review), body)
-                result = respond(ruleset, config, review, admission, endpoint)
         if isinstance(result, Problem):
             state.metrics.rejected.labels(str(result.status)).inc()
-            return _problem(result.status, result.message)
+            return _closing(state, _problem(result.status, result.message))
         state.metrics.observe_rules(result.rule_results, result.rule_errors)
         state.metrics.observe(endpoint, result.operation, result.kind, result.outcome, time.perf_counter() - started)
-        return web.Response(body=result.answer, content_type="application/json")
+        return _closing(state, web.Response(body=result.answer, content_type="application/json"))
 
     return handle
+
+
+class _Refused(Exception):
+    """A request refused before its body reached the pipeline: HTTP status, metric code, message."""
+
+    def __init__(self, status: int, message: str, code: str | None = None, retry_after: bool = False) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code, self.retry_after = status, message, code or str(status), retry_after
+
+
+async def _read_body(request: web.Request, state: ServerState) -> bytes:
+    """The body, within the limits that keep a replica up: size, large requests at once, time to send it."""
+    config = state.config
+    declared = request.content_length
+    if (declared or 0) > MAX_BODY:  # refused from the header, without waiting for the body
+        raise _Refused(413, f"request body exceeds {MAX_BODY} bytes")
+    with state.large_request(declared):
+        try:
+            if request.content.is_eof():
+                return await request.read()  # already all here (the usual case): no timer needed
+            # asyncio.timeout, not wait_for: wait_for wraps the read in a task of its own (3.11)
+            async with asyncio.timeout(config.body_timeout):
+                return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise _Refused(413, f"request body exceeds {MAX_BODY} bytes") from None
+        except TimeoutError:
+            raise _Refused(408, f"request body not received within {config.body_timeout:g}s") from None
+        except ConnectionError:
+            # the client went away mid-body (nginx calls this 499): nothing to answer, nothing broken here
+            raise _Refused(400, "client closed the connection before sending the whole body", code="499") from None
+
+
+def _closing(state: ServerState, response: web.Response) -> web.Response:
+    if state.stopping:
+        response.force_close()  # while draining, no connection is kept for a next request
+    return response
 
 
 class _HttpErrors(logging.Filter):
@@ -313,8 +334,8 @@ def build_app(state: ServerState, admission: bool = True) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY)
     app[STATE] = state
     if admission:
-        app.router.add_post("/mutate", _admission_handler(Phase.MUTATE, "mutate"))
-        app.router.add_post("/validate", _admission_handler(Phase.VALIDATE, "validate"))
+        for phase, endpoint in ((Phase.MUTATE, "mutate"), (Phase.VALIDATE, "validate")):
+            app.router.add_post(f"/{endpoint}", _admission_handler(state.pipeline(phase, endpoint)))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

@@ -1,7 +1,9 @@
-"""One AdmissionReview body in, the answer's bytes out: parse, evaluate, serialise, log.
+"""One AdmissionReview body in, the answer's bytes out: parse, add the cluster context, evaluate, serialise.
 
-Plain synchronous code with no server state, so that the same function runs on the event
-loop (small requests) and in the evaluation process (large ones, webhook.server.offload).
+`Pipeline` is what the transport (app.py) calls for each body: it checks that rules are loaded,
+sends a large body to the evaluation process (offload.py) and decides a small one here.
+`respond` and `decide` are plain synchronous code with no server state, so the same functions
+run on the event loop (small requests) and in the evaluation process (large ones).
 """
 
 from __future__ import annotations
@@ -9,11 +11,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from webhook.engine import AdmissionInput, Decision, Mode, Phase, RuleSet, evaluate
-from webhook.engine.model import Limits
+from webhook.engine import AdmissionInput, Decision, Limits, Mode, Phase, RuleSet, evaluate
 from webhook.server.admission import ParsedReview, ReviewError, build_response, error_response, parse_review
+from webhook.server.context import admission_input
+
+if TYPE_CHECKING:
+    from webhook.server.offload import Offload
+    from webhook.server.reload import RuleStore
 
 log = logging.getLogger("gpu_webhook.server")
 
@@ -37,6 +43,7 @@ class Decided:
     outcome: str  # allowed, patched, denied, error
     rule_results: list[tuple[str, str]] = field(default_factory=list)  # (rule, deny|warn|audit|would_deny)
     rule_errors: list[str] = field(default_factory=list)
+    offloaded: bool = False  # decided in the evaluation process
 
 
 @dataclass
@@ -45,6 +52,38 @@ class Problem:
 
     status: int
     message: str
+    offloaded: bool = False
+
+
+@dataclass
+class Pipeline:
+    """One endpoint's way from a body to its answer: the rules in use, the cluster context, where large bodies go."""
+
+    phase: Phase
+    endpoint: str
+    rules: RuleStore
+    mode: Mode
+    limits: Limits
+    offload_threshold: int  # bodies larger than this are decided in the evaluation process
+    offload: Offload
+    context: Any | None = None  # the server's NamespaceSource, or None without a cluster
+
+    async def __call__(self, body: bytes) -> Decided | Problem:
+        ruleset = self.rules.ruleset
+        if ruleset is None:
+            return Problem(503, "no rule set loaded yet")
+        config = DecideConfig(self.phase, self.mode, self.limits)
+        if len(body) > self.offload_threshold:
+            result = await self.offload.decide(
+                ruleset, self.rules.generation, config, body, self.endpoint, self.context
+            )
+            result.offloaded = True
+            return result
+        review = parse(body, self.endpoint)  # the fast path: no hop for a small object
+        if isinstance(review, Problem):
+            return review
+        admission = with_body(await admission_input(self.context, review), body)
+        return respond(ruleset, config, review, admission, self.endpoint)
 
 
 def parse(body: bytes, endpoint: str) -> ParsedReview | Problem:
