@@ -1,7 +1,7 @@
 """`serve --record-reviews DIR`: write the AdmissionReviews the server receives to files (a debugging aid).
 
 What an apiserver really sends (defaulted objects, managedFields, userInfo, options) is what the
-bench's reviews imitate (bench/apiserver.py); recording a few from a live cluster checks that
+bench's reviews imitate (tests/support/apiserver.py); recording a few from a live cluster checks that
 imitation, and replays a problem request with `gpu-webhook explain`/`test`. The bodies are
 written as received: they hold whatever the objects hold (environment values, annotations,
 user names and groups), so record in a test cluster or for a short while, keep the directory
