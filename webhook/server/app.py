@@ -457,8 +457,8 @@ class Server:
     async def _await_accepted(self, until: float) -> None:
         """Connections accepted just before the listener closed have a request on its way (their
         client chose us a moment ago): wait for it to start, or for the connection to close,
-        before the cleanup closes every connection without a request in progress (was: ~7 of
-        them got "Server disconnected" while the log said `unfinished: 0`)."""
+        before the cleanup closes every connection without a request in progress, which would
+        cut them off with "Server disconnected" although none had been answered."""
         guard = self._site.guard if self._site is not None else None
         while guard is not None and guard.unanswered() and time.monotonic() < until:
             await asyncio.sleep(0.01)
