@@ -93,7 +93,7 @@ def pack(result: ObjectResult) -> tuple[Any, ...]:
     """What the reports need of a result, as plain values with the diff rendered: pickling the
     dataclasses and enums themselves cost more than auditing the object (800 µs against 400).
     An outcome with nothing of its own (RuleOutcome.plain) goes as (rule, result, reason)
-    and comes back as the engine's shared instance (model.shared_outcome): the parent, which
+    and comes back as the engine's shared instance (webhook.engine.shared_outcome): the parent, which
     reports every object alone, builds only the outcomes that say something."""
     ref = result.ref
     outcomes = [

@@ -1,6 +1,6 @@
-"""The JSON Schemas shipped in the package (webhook/schemas/*.json), rendered from engine.schema.
+"""The JSON Schemas shipped in the package (webhook/schemas/*.json), rendered from the engine's SCHEMAS.
 
-The loader validates with the Python dicts of `webhook.engine.schema`; the shipped files
+The loader validates with those Python dicts (`webhook.engine.SCHEMAS`); the shipped files
 are the same dicts written out for editors (yaml-language-server), and a test keeps
 them in sync. Add a modeline to the first line of a rule file:
 

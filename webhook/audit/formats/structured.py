@@ -66,7 +66,7 @@ class JsonEntries:
 
     def __init__(self) -> None:
         self.rules: dict[tuple[Any, ...], bytes] = {}
-        # the engine shares one outcome per rule, result and reason among objects (model.shared_outcome):
+        # the engine shares one outcome per rule, result and reason among objects (webhook.engine.shared_outcome):
         # those are looked up by identity; each is kept here beside its bytes, so that its id cannot be
         # another object's while it is here
         self.shared: dict[int, tuple[RuleOutcome, bytes]] = {}
@@ -95,7 +95,7 @@ class JsonEntries:
             if len(self.rules) >= _RULE_CACHE_LIMIT:
                 self.rules.clear()
             found = self.rules[key] = orjson.dumps(_rule(outcome))
-        if outcome.plain:  # a shared one (model.shared_outcome): next time by identity
+        if outcome.plain:  # a shared one (webhook.engine.shared_outcome): next time by identity
             if len(self.shared) >= _RULE_CACHE_LIMIT:
                 self.shared.clear()
             self.shared[id(outcome)] = (outcome, found)
