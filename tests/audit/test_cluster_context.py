@@ -1,5 +1,5 @@
 """`audit --cluster` judges stored objects with the server's cluster context: Namespaces,
-PriorityClasses, ResourceClaims and ResourceClaimTemplates, read through webhook.kube.ClusterContext
+PriorityClasses, ResourceClaims and ResourceClaimTemplates, read through webhook.kube.ClusterCaches
 (listed once, page by page) and filled into each input by the server's own `fill`.
 
 The stored pods here look as the apiserver stores them: the Priority admission plugin wrote the
@@ -22,7 +22,7 @@ from tests.support.kubestub import CLAIM_TEMPLATES, PRIORITY_CLASSES, KubeStub
 from webhook.audit.cluster import Api, read_context
 from webhook.audit.context import NamespaceContext
 from webhook.engine import Phase, evaluate, load_rules
-from webhook.kube import ClusterContext
+from webhook.kube import ClusterCaches
 from webhook.server.admission import parse_review
 from webhook.server.context import admission_input
 
@@ -239,7 +239,7 @@ def test_the_audit_input_is_the_servers_input():
         for pc in (priority_class(DEFAULT_CLASS, 1000, True), priority_class("gpu-batch", 100)):
             stub.put(PRIORITY_CLASSES, pc)
         stub.put(CLAIM_TEMPLATES, claim_template("one-gpu"))
-        watched = ClusterContext(api_client(stub.url), backoff_initial=0.01)
+        watched = ClusterCaches(api_client(stub.url), backoff_initial=0.01)
         watched.start()
         assert all(cache.wait_synced(5) for cache in watched.caches)
         listed = read_context(Api(api_client(stub.url)), limit=1)

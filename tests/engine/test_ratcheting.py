@@ -12,7 +12,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from tests.support import gpu_pod
+from tests.support import StaticNamespaces, gpu_pod
 from webhook.engine import AdmissionInput, RuleSet, evaluate, load_rules
 
 TENANT = {
@@ -108,17 +108,7 @@ async def test_kubectl_debug_reaches_the_rules_through_the_server(cert_dir: Path
 
     from tests.support import LiveServer, client_ssl, make_review, start_server
 
-    class Tenants:  # the namespace source: team-a is a tenant
-        synced = True
-
-        def get(self, name: str) -> dict[str, Any] | None:
-            return TENANT if name == "team-a" else None
-
-        def start(self) -> None: ...
-
-        def stop(self, timeout: float = 5.0) -> None: ...
-
-    server = await start_server(cert_dir, rules_dir, namespaces=Tenants())
+    server = await start_server(cert_dir, rules_dir, namespaces=StaticNamespaces({"team-a": TENANT}))  # team-a is a tenant
     try:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ssl(cert_dir))) as session:
             live = LiveServer(server, session)

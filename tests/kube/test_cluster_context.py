@@ -20,7 +20,7 @@ from kubernetes import client
 from tests.support import RULES, LiveServer, client_ssl, free_port, gpu_pod, make_review, start_server
 from tests.support.kubestub import CLAIM_TEMPLATES, PRIORITY_CLASSES, KubeStub
 from webhook.engine import AdmissionInput, evaluate, load_rules
-from webhook.kube import ClusterContext, NamespaceCache
+from webhook.kube import ClusterCaches, NamespaceCache
 
 TENANT = {"gpu-webhook.io/tenant": "true"}
 
@@ -138,7 +138,7 @@ def test_priority_classes_and_claim_templates_reach_the_engine(stub: KubeStub) -
     stub.put(CLAIM_TEMPLATES, {"apiVersion": "resource.k8s.io/v1", "metadata": {"name": "one-gpu", "namespace": "team-a"},
                                "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
                                    "deviceClassName": "gpu.nvidia.com"}}]}}}})  # fmt: skip
-    context = ClusterContext(api_client(stub.url), backoff_initial=0.01)
+    context = ClusterCaches(api_client(stub.url), backoff_initial=0.01)
     context.start()
     try:
         eventually(lambda: all(c.synced for c in context.caches))
@@ -180,7 +180,7 @@ async def test_a_claim_template_the_watch_missed_is_looked_up(stub: KubeStub) ->
                 "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
                     "deviceClassName": "gpu.nvidia.com"}}]}}}}  # fmt: skip
     stub.hide("/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaimtemplates/late", template)
-    context = ClusterContext(api_client(stub.url), backoff_initial=0.01)
+    context = ClusterCaches(api_client(stub.url), backoff_initial=0.01)
     context.start()
     try:
         await asyncio.to_thread(eventually, lambda: all(c.synced for c in context.caches))

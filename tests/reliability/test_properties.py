@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import load_rules_once
-from tests.support import RULES, client_ssl, make_review, start_server
+from tests.support import RULES, StaticNamespaces, client_ssl, make_review, start_server
 from webhook.cli import main
 from webhook.engine import MUTATIONS, AdmissionInput, Phase, compile_documents, evaluate
 from webhook.engine.workloads import pod_template_targets
@@ -369,25 +369,10 @@ NAMESPACES = {
 }
 
 
-class _StaticNamespaces:
-    """The server's namespace cache, synced, holding the same Namespace the manifest carries."""
-
-    synced = True
-
-    def get(self, name: str) -> dict[str, Any] | None:
-        return NAMESPACES.get(name)
-
-    def start(self) -> None:
-        pass
-
-    def stop(self, timeout: float = 5.0) -> None:
-        pass
-
-
 async def _through_server_with_namespaces(
     objects: list[dict[str, Any]], cert_dir: Path, rules_dir: Path
 ) -> list[dict[str, Any]]:
-    server = await start_server(cert_dir, rules_dir, namespaces=_StaticNamespaces())
+    server = await start_server(cert_dir, rules_dir, namespaces=StaticNamespaces(NAMESPACES))  # the Namespace the manifest carries
     answers = []
     try:
         connector = aiohttp.TCPConnector(ssl=client_ssl(cert_dir))

@@ -150,3 +150,34 @@ class HeldBodies:
 
     def release(self) -> None:
         self._released.set()
+
+
+class StaticNamespaces:
+    """The server's NamespaceSource with fixed Namespaces, synced from the start: a cluster whose
+    namespaces never change, without a watch (no PriorityClasses or DRA objects known)."""
+
+    synced = True
+
+    def __init__(self, namespaces: dict[str, dict[str, Any]]) -> None:
+        self.namespaces = namespaces
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        return self.namespaces.get(name)
+
+    async def lookup(self, name: str) -> dict[str, Any] | None:
+        return self.namespaces.get(name)
+
+    def fill(self, admission: Any) -> None:
+        """No cluster context beyond the namespaces."""
+
+    async def resolve_claims(self, admission: Any) -> None:
+        """No claims to look up."""
+
+    def detail(self) -> dict[str, Any]:
+        return {"namespace": {"synced": True, "objects": len(self.namespaces)}}
+
+    def start(self) -> None:
+        """Nothing to watch."""
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Nothing to stop."""

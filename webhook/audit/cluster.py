@@ -1,7 +1,7 @@
 """Read workloads from a live cluster, page by page, as raw JSON; and write PolicyReports back.
 
 The cluster context (Namespaces, PriorityClasses, DRA claims and templates) is the server's own
-(webhook.kube.ClusterContext), listed once at the start instead of watched (`read_context`): the
+(webhook.kube.ClusterCaches), listed once at the start instead of watched (`read_context`): the
 audit fills each object's input with the server's `fill`, so both judge a stored object alike.
 
 The kubernetes client's generated models are skipped on purpose: deserialising a 100k-pod
@@ -23,7 +23,7 @@ from kubernetes import client as kube_client
 
 from webhook.engine import KINDS, WORKLOAD_KINDS
 from webhook.kube import rest
-from webhook.kube.caches import CONTEXT_RESOURCES, ClusterContext  # noqa: F401 - the context's RBAC, for tests
+from webhook.kube.caches import CONTEXT_RESOURCES, ClusterCaches  # noqa: F401 - the context's RBAC, for tests
 from webhook.kube.connect import ClusterError, connect  # noqa: F401 - re-exported for the audit command
 
 from .sources import Item
@@ -92,14 +92,14 @@ def _collection(resource: Resource, version: str, namespace: str | None) -> str:
 
 def read_context(
     api: Api, namespace: str | None = None, limit: int = 500, note: Callable[[str, int], None] | None = None
-) -> ClusterContext:
+) -> ClusterCaches:
     """The cluster context the server's watches hold, listed once (page by page): what the audit fills inputs from.
 
     Scoped to one namespace, only that Namespace and its DRA objects are read (PriorityClasses are
     cluster-wide). Resources the cluster does not serve or the caller may not list stay unknown, as
     in the server; `note(message, HTTP status)` names each. ClusterError when the Namespaces cannot be read.
     """
-    return ClusterContext(api.client).load(namespace, limit, note)
+    return ClusterCaches(api.client).load(namespace, limit, note)
 
 
 def _typed(item: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:

@@ -6,7 +6,7 @@ before admission; `helm template` output has no namespaces at all. Audit and exp
 through `NamespaceContext.admission`, so they see the same namespace and the same Namespace
 object for the same input, and `AdmissionInput.offline` (the engine's) fills the rest.
 
-`audit --cluster` gives it the server's own cluster context (webhook.kube.ClusterContext, listed
+`audit --cluster` gives it the server's own cluster context (webhook.kube.ClusterCaches, listed
 once instead of watched): the Namespace objects, PriorityClasses and DRA claims and templates then
 come from the cluster through the server's `get` and `fill`, not from the audited objects.
 """
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
-from webhook.engine import AdmissionInput, is_map
+from webhook.engine import AdmissionInput, ClusterSource, is_map
 
 DEFAULT_NAMESPACE = "default"  # what kubectl uses when neither -n nor the kubeconfig context names one
 
@@ -49,14 +49,6 @@ CLUSTER_SCOPED = frozenset(
 
 
 _CLUSTER_CONTEXT_KINDS = frozenset({"PriorityClass", "ResourceClaim", "ResourceClaimTemplate"})
-
-
-class ClusterSource(Protocol):
-    """What the server reads its context through (webhook.kube.ClusterContext): no I/O in either."""
-
-    def get(self, name: str) -> dict[str, Any] | None: ...
-
-    def fill(self, admission: AdmissionInput) -> None: ...
 
 
 class NamespaceContext:

@@ -136,9 +136,9 @@ def _namespace_cache(api_client: ApiClient | None) -> NamespaceSource | None:
     """The cluster's watch caches (namespaces, PriorityClasses, DRA claims), or None without a cluster."""
     if api_client is None:
         return None
-    from webhook.kube import ClusterContext
+    from webhook.kube import ClusterCaches
 
-    return ClusterContext(api_client)
+    return ClusterCaches(api_client)
 
 
 def manages_registration(args: argparse.Namespace) -> bool:

@@ -45,17 +45,29 @@ from .mutate import (
 from .pointer import is_map
 from .policy import Action, KindApi, LabelSelector, LoadError, Rule, SourceLocation
 from .quantity import QuantityError, parse_quantity, quantity_of
-from .request import DEFAULT_LIMITS, AdmissionInput, Limits, Mode, Phase, priority_class_table
+from .request import (
+    DEFAULT_LIMITS,
+    AdmissionInput,
+    ClusterContext,
+    ClusterSource,
+    Limits,
+    Mode,
+    Phase,
+    priority_class_table,
+)
 from .resources import Accelerators
 from .ruleset import RuleSet, indexed_kinds
 from .schema import API_VERSION, CONFIG_KIND, POLICY_KIND, POLICY_SCHEMA, SCHEMAS, TEST_KIND, TEST_SCHEMA
 from .workloads import BY_KIND, KINDS, UNMUTATED_KINDS, WORKLOAD_KINDS, WORKLOADS, WorkloadKind
 
-# evaluate, and what a door hands it: the admission (PriorityClass objects made its table), the phase,
-# the server's mode, the limits
+# evaluate, and what a door hands it: the admission (AdmissionInput.offline for doors without an
+# AdmissionRequest, .from_request for the server's), the cluster context beyond its namespace and
+# where a door reads it (ClusterContext, ClusterSource), the phase, the server's mode, the limits
 __all__ = [
     "DEFAULT_LIMITS",
     "AdmissionInput",
+    "ClusterContext",
+    "ClusterSource",
     "Limits",
     "Mode",
     "Phase",

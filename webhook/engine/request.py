@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from .pointer import is_map
 
@@ -137,6 +137,39 @@ class AdmissionInput:
             resource_claim_templates=resource_claim_templates,
         )
 
+    @classmethod
+    def from_request(
+        cls,
+        request: dict[str, Any],
+        obj: dict[str, Any] | None,
+        old_object: dict[str, Any] | None,
+        *,
+        operation: str,
+        namespace: str | None,
+        kind: str,
+        sub_resource: str,
+        namespace_object: dict[str, Any] | None = None,
+    ) -> AdmissionInput:
+        """The admission of an AdmissionRequest the apiserver sent (the server's door): `request` is
+        the CEL `request` variable, the AdmissionRequest without its objects."""
+        return cls(
+            object=obj,
+            old_object=old_object,
+            operation=operation,
+            namespace=namespace,
+            namespace_object=namespace_object,
+            request=request,
+            kind=kind,
+            sub_resource=sub_resource,
+        )
+
+    def with_context(self, context: ClusterContext) -> AdmissionInput:
+        """This admission with the cluster's PriorityClasses and the namespace's DRA objects."""
+        self.priority_classes = context.priority_classes
+        self.resource_claims = context.resource_claims
+        self.resource_claim_templates = context.resource_claim_templates
+        return self
+
     def __post_init__(self) -> None:
         if not self.request:  # built directly (tests, library users): the same request as offline()
             self.request = offline_request(self.subject, self.operation, self.namespace, None, False, self.kind)
@@ -149,9 +182,22 @@ class AdmissionInput:
 
 @dataclass(frozen=True, slots=True)
 class ClusterContext:
-    priority_classes: dict[str, dict[str, Any]] | None
-    resource_claims: dict[str, Any]
-    resource_claim_templates: dict[str, Any]
+    """The cluster beyond the request's Namespace that rules read: PriorityClasses (the CEL
+    `priorityClasses`) and the ResourceClaims and templates of the namespace (`deviceClaims`), by
+    name. None: unknown to the door (not listed, not watched, or not served by the cluster)."""
+
+    priority_classes: Mapping[str, Mapping[str, Any]] | None = None
+    resource_claims: Mapping[str, Mapping[str, Any]] | None = None
+    resource_claim_templates: Mapping[str, Mapping[str, Any]] | None = None
+
+
+class ClusterSource(Protocol):
+    """Where a door reads the cluster from memory (the server's watch caches, the audit's one list):
+    the Namespace by name, and the rest of the context filled into an admission. No I/O in either."""
+
+    def get(self, name: str) -> dict[str, Any] | None: ...
+
+    def fill(self, admission: AdmissionInput) -> None: ...
 
 
 def cluster_context(objects: Iterable[Any], namespace: str | None) -> ClusterContext:

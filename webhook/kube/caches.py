@@ -5,9 +5,9 @@
 - ResourceClaims and ResourceClaimTemplates (resource.k8s.io/v1, GA in 1.34): what a pod's
   spec.resourceClaims refer to, so the engine knows whether they are GPUs.
 
-`ClusterContext` is what the server holds: it answers the namespace questions itself and fills
+`ClusterCaches` is what the server holds: it answers the namespace questions itself and fills
 the rest into the engine's AdmissionInput with dict reads only. A one-shot door (`audit --cluster`)
-holds the same ClusterContext, listed once (`load`) instead of watched, and fills its inputs with
+holds the same ClusterCaches, listed once (`load`) instead of watched, and fills its inputs with
 the same `fill`: the server and the audit cannot see different clusters.
 """
 
@@ -41,8 +41,11 @@ class NamespaceCache(WatchCache):
     def fill(self, admission: AdmissionInput) -> None:
         """Namespaces only: no other context to add."""
 
+    async def resolve_claims(self, admission: AdmissionInput) -> None:
+        """Namespaces only: no claims to look up."""
+
     def detail(self) -> dict[str, Any]:
-        """cache name -> status, as ClusterContext.detail gives it (the server's NamespaceSource)."""
+        """cache name -> status, as ClusterCaches.detail gives it (the server's NamespaceSource)."""
         return {self.kind: self.status()}
 
 
@@ -102,14 +105,14 @@ class ClaimCache(_DraCache):
     keep_status = False  # one claim per DRA pod: keep the spec, not the allocation
 
 
-# (API group, plural) of what ClusterContext reads: `list` (and `watch` in the server) on each is the
+# (API group, plural) of what ClusterCaches reads: `list` (and `watch` in the server) on each is the
 # RBAC it needs; `get` too on namespaces (a miss, or an audit scoped to one namespace)
 CONTEXT_RESOURCES: tuple[tuple[str, str], ...] = tuple(
     cache.resource for cache in (NamespaceCache, PriorityClassCache, ClaimCache, ClaimTemplateCache)
 )
 
 
-class ClusterContext:
+class ClusterCaches:
     """Every watch cache the server reads; duck-types the server's NamespaceSource.
 
     PriorityClasses and DRA objects are optional extras: a cluster without resource.k8s.io/v1
@@ -157,7 +160,7 @@ class ClusterContext:
     # -- a one-shot door: `audit --cluster` -------------------------------------------------------
     def load(
         self, namespace: str | None = None, limit: int | None = None, note: Callable[[str, int], None] | None = None
-    ) -> ClusterContext:
+    ) -> ClusterCaches:
         """List every cache once instead of watching it: the context of a door that decides a snapshot.
 
         The maps are the ones the watches' first lists make (same paths, same trimming), so `get` and

@@ -10,6 +10,7 @@ workers.py (several processes on one port), registration_sync.py (the live webho
 configurations kept in step with the loaded rules), logs.py.
 """
 
-from .app import NamespaceSource, RegistrationSource, Server, ServerConfig, tls_context
+from .app import RegistrationSource, Server, ServerConfig, tls_context
+from .context import NamespaceSource
 
 __all__ = ["NamespaceSource", "RegistrationSource", "Server", "ServerConfig", "tls_context"]

@@ -39,15 +39,15 @@ class ParsedReview:
     request: dict[str, Any]  # the CEL `request` variable: the AdmissionRequest without the objects
 
     def to_input(self, namespace_object: dict[str, Any] | None = None) -> AdmissionInput:
-        return AdmissionInput(
-            object=self.object,
-            old_object=self.old_object,
+        return AdmissionInput.from_request(
+            self.request,
+            self.object,
+            self.old_object,
             operation=self.operation,
             namespace=self.namespace,
-            namespace_object=namespace_object,
-            request=self.request,
             kind=self.kind,
             sub_resource=self.sub_resource,
+            namespace_object=namespace_object,
         )
 
 

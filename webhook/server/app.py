@@ -24,8 +24,9 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from webhook.certs import CERT_FILE, KEY_FILE
-from webhook.engine import AdmissionInput, Limits, Mode, Phase
+from webhook.engine import Limits, Mode, Phase
 from webhook.server.connections import GuardedSite, shrink_tls_buffers
+from webhook.server.context import NamespaceSource
 from webhook.server.memory import settle, trim_periodically
 from webhook.server.metrics import Metrics
 from webhook.server.offload import Offload
@@ -41,31 +42,6 @@ CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 # On SIGTERM, how long a connection accepted before the listener closed may take to start its
 # request (a TLS handshake plus the headers: milliseconds from the apiserver).
 FRESH_CONNECTION_GRACE = 2.0
-
-
-class NamespaceSource(Protocol):
-    """Answers `get(name)` from memory: the cluster's watch caches (webhook.kube) in a cluster.
-
-    `lookup` is the one I/O a request may wait for: a namespace the watch has not delivered is
-    fetched once (bounded, shared, cached) before deciding. `fill` adds the rest of the cluster
-    context (PriorityClasses, DRA claims) to the engine's input from memory. Both are optional:
-    webhook.server.context reads them with getattr, so a source with only `get` works.
-    """
-
-    @property
-    def synced(self) -> bool: ...
-
-    def get(self, name: str) -> dict[str, Any] | None: ...
-
-    async def lookup(self, name: str) -> dict[str, Any] | None: ...
-
-    def fill(self, admission: AdmissionInput) -> None: ...
-
-    def detail(self) -> dict[str, Any]: ...
-
-    def start(self) -> None: ...
-
-    def stop(self, timeout: float = 5.0) -> None: ...
 
 
 class RegistrationSource(Protocol):
@@ -298,7 +274,7 @@ def readiness(state: ServerState) -> tuple[bool, dict[str, Any]]:
         # until the first list, rules that read namespaceObject fall back to onMissingContext;
         # a stale watch is reported (and counted) but keeps the replica ready: failing every
         # replica's readiness at once would turn a quiet watch into a cluster-wide outage
-        caches: dict[str, Any] = getattr(state.namespaces, "detail", dict)()
+        caches = state.namespaces.detail()
         detail["namespaces"] = {"synced": state.namespaces.synced, "caches": caches}
         ready = ready and state.namespaces.synced
     if state.registration is not None:
@@ -412,7 +388,7 @@ class Server:
         if namespaces is not None:
             namespaces.start()
             self.metrics.namespaces_synced.set_function(lambda: float(namespaces.synced))
-            for cache_name in getattr(namespaces, "detail", dict)():
+            for cache_name in namespaces.detail():
                 self.metrics.watch_stale.labels(cache_name).set_function(
                     lambda c=cache_name: float(bool(namespaces.detail().get(c, {}).get("stale")))  # type: ignore[misc]
                 )
