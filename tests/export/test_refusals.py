@@ -156,7 +156,7 @@ def test_replicasets_are_validated_never_mutated(pack: RuleSet) -> None:
     assert any("replicasets" in resources(p) for p in validating)
 
 
-# -- UPDATE: a rule acts only when the update changed what it reads or writes (engine/inputs.py) --
+# -- UPDATE: a rule acts only when the update changed what it reads or writes (engine/ratcheting.py) --
 
 LABELS = """\
 apiVersion: gpu-webhook.io/v1alpha1

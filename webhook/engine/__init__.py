@@ -9,7 +9,7 @@ kube, commands, cli; bench) import from `webhook.engine` only, never from its mo
 (tests/engine/test_api_boundary.py checks). Its modules, by what they hold: policy.py (rules
 in), request.py (what a door hands evaluate), decision.py (what comes out), evaluate.py (the
 run), matching.py, facts.py (the working copy), programs.py (how the CEL runs), projection.py,
-limits.py, inputs.py (ratcheting's fields), loader.py, ruleset.py, schema.py, workloads.py (the
+limits.py, ratcheting.py (ratcheting's fields), loader.py, ruleset.py, schema.py, workloads.py (the
 kind table), mutate.py (the mutation registry), patch.py, pointer.py, resources.py, quantity.py,
 cel.py, celsyntax.py, celhelpers.py.
 """
@@ -28,7 +28,6 @@ from .decision import (
     shared_outcome,
 )
 from .evaluate import evaluate
-from .inputs import top_level
 from .loader import LoadResult, RuleLoadError, compile_documents, load_rules, rule_files
 from .mutate import (
     DNS_SUBDOMAIN,
@@ -45,6 +44,7 @@ from .mutate import (
 from .pointer import is_map
 from .policy import Action, KindApi, LabelSelector, LoadError, Rule, SourceLocation
 from .quantity import QuantityError, parse_quantity, quantity_of
+from .ratcheting import top_level
 from .request import (
     DEFAULT_LIMITS,
     AdmissionInput,

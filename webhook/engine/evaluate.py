@@ -18,7 +18,6 @@ from typing import Any
 
 from .decision import Decision, EvaluationError, RuleError, RuleTrace, Violation
 from .facts import WorkingCopy, object_accelerators
-from .inputs import unchanged
 from .limits import Budget
 from .matching import REFUSED_FOR_CONTEXT, after_gate, gate, mismatch
 from .mutate import MutationContext, MutationError
@@ -26,6 +25,7 @@ from .patch import PatchConflict
 from .policy import Action, Rule
 from .programs import Programs
 from .projection import Projection, projection_for
+from .ratcheting import unchanged
 from .request import DEFAULT_LIMITS, AdmissionInput, Limits, Mode, Phase
 from .ruleset import RuleSet
 from .workloads import UNMUTATED_KINDS, Target
@@ -223,7 +223,7 @@ class _Run:
         return entry if reason is None else None
 
     def _inputs_unchanged(self, rule: Rule, target: Target) -> bool:
-        """An UPDATE that changed nothing the rule reads or writes on this target (inputs.py): it does not act."""
+        """An UPDATE that changed nothing the rule reads or writes on this target (ratcheting.py): it does not act."""
         old = self.admission.old_object
         return (
             rule.ratcheting

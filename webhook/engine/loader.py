@@ -19,9 +19,9 @@ from jsonschema import Draft202012Validator
 from webhook.kubeyaml import Document, YamlError, load_documents
 
 from .cel import CelCompileError, CelEnvironment, CompiledExpression
-from .inputs import rule_inputs
 from .mutate import MUTATIONS, Mutation, build_mutation
 from .policy import Action, KindApi, LabelSelector, LoadError, Match, Rule, SourceLocation, Validation
+from .ratcheting import rule_inputs
 from .resources import DEFAULT_ACCELERATORS, DEFAULT_DEVICE_CLASSES, Accelerators
 from .ruleset import RuleSet
 from .schema import API_VERSION, CONFIG_KIND, CONFIG_SCHEMA, POLICY_KIND, POLICY_SCHEMA, TEST_KIND

@@ -103,9 +103,9 @@ class Rule:
     source: SourceLocation
     references: frozenset[str] = frozenset()  # variables its expressions read (what to compute for it)
     # On UPDATE a Deny denies only messages the old object did not already produce, and no rule acts
-    # on a target whose inputs the update left unchanged (evaluate.py, inputs.py)
+    # on a target whose inputs the update left unchanged (evaluate.py, ratcheting.py)
     ratcheting: bool = True
-    # The object fields it reads or writes (inputs.py). None: any change counts (the whole object is
+    # The object fields it reads or writes (ratcheting.py). None: any change counts (the whole object is
     # read, or the rule was not built by the loader)
     inputs: frozenset[tuple[str, ...]] | None = None
 

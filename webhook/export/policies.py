@@ -165,7 +165,7 @@ def _fresh_messages(value: str) -> str:
     )
 
 
-# engine/inputs.py: on UPDATE a rule that ratchets acts on a target only when the update changed a
+# engine/ratcheting.py: on UPDATE a rule that ratchets acts on a target only when the update changed a
 # field the rule reads or writes (Rule.inputs, paths from the object's root) or the target's own
 # part (a pod template whole; a Pod's or a whole workload's pod specs). The policies compute whether
 # an input changed (`allAct`) and else the descriptions of the targets whose own part did (`acting`;
@@ -214,7 +214,7 @@ def gates_updates(rule: Rule, operations: set[str]) -> bool:
 
 
 def _at(root: str, path: tuple[str, ...]) -> str:
-    """root.path, or null where a part is missing (inputs.py get_path)."""
+    """root.path, or null where a part is missing (ratcheting.py get_path)."""
     presences, access = [], root
     for part in path:
         presence, access = select(access, part)

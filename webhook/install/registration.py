@@ -10,7 +10,7 @@ one kind table (webhook/engine/workloads.py KINDS) and the kinds rules declare t
 - `matchConditions` may only skip a request that no rule of the entry could act on:
   * `rule-inputs-changed` skips an UPDATE that leaves every field the entry's rules read or write
     as it was (a finalizer removed, an annotation no rule reads), on which the engine does not act
-    either (it ratchets UPDATEs per rule: webhook/engine/inputs.py) — so that an object whose
+    either (it ratchets UPDATEs per rule: webhook/engine/ratcheting.py) — so that an object whose
     finalizer must go is not held by a webhook outage. Labels are among those fields as soon as a
     rule reads or sets them: `kubectl label --overwrite` is an UPDATE the rules must see.
   * `requests-accelerators` skips objects without accelerators, and only in an entry whose every
@@ -199,7 +199,7 @@ def _group_order(item: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], 
 
 
 def watched_fields(rules: Iterable[Rule]) -> list[tuple[str, ...]] | None:
-    """The object's fields whose change on UPDATE the rules act on (engine/inputs.py, at the depth the
+    """The object's fields whose change on UPDATE the rules act on (engine/ratcheting.py, at the depth the
     condition compares them); None when any change may matter."""
     fields: set[tuple[str, ...]] = {("spec",)}  # pod specs, templates (their metadata too), `gpu:`
     for rule in rules:

@@ -11,7 +11,7 @@ Snapshot sent with the body.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from webhook.engine import AdmissionInput, ClusterContext, ClusterSource
@@ -43,7 +43,7 @@ class Snapshot:
 
     namespace: str
     namespace_object: dict[str, Any] | None
-    cluster: ClusterContext = ClusterContext()  # nothing known beyond the namespace
+    cluster: ClusterContext = field(default_factory=ClusterContext)  # nothing known beyond the namespace
 
     def input_for(self, review: ParsedReview) -> AdmissionInput:
         return review.to_input(self.namespace_object).with_context(self.cluster)
