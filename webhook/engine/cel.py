@@ -20,7 +20,7 @@ from typing import Any
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_strings
 
-from . import celhelpers, celsyntax, projection
+from . import celhelpers, celsyntax, reads
 from .quantity import QuantityError, parse_quantity, quantity_of
 from .resources import Accelerators
 
@@ -142,7 +142,7 @@ class CelEnvironment:
     def __init__(self, accelerators: Accelerators) -> None:
         self.accelerators = accelerators
         self._paths: list[Mapping[str, frozenset[tuple[str, ...]]]] = []  # read by each compiled expression
-        self._projection: dict[str, projection.Tree] | None = None
+        self._projection: dict[str, reads.Tree] | None = None
         # the projection of each candidate-rule tuple of the rule sets built on this environment, per
         # phase (evaluate.py), keyed by the tuple's id; the tuple is kept in the value so its id stays its own
         self.projections: dict[tuple[int, Any], tuple[Any, Any]] = {}
@@ -241,14 +241,14 @@ class CelEnvironment:
         except RuntimeError:
             return None
 
-    def projection_trees(self) -> dict[str, projection.Tree]:
+    def projection_trees(self) -> dict[str, reads.Tree]:
         """Root variable -> the projection tree every expression compiled here needs (projection.py).
 
         Any expression compiled in this environment counts, so the trees only ever grow: a rule
         set's activations are never handed less than one of its expressions reads.
         """
         if self._projection is None:
-            self._projection = projection.merge(self._paths)
+            self._projection = reads.merge(self._paths)
         return self._projection
 
     def activation(self, variables: Mapping[str, Any]) -> Any:
@@ -362,7 +362,7 @@ def _rewritten(text: str, found: list[celsyntax.Token] | None) -> str:
 def _compiled(
     text: str, program: Any, references: frozenset[str], result_type: str, source: str, bound_source: str | None = None
 ) -> CompiledExpression:
-    paths = projection.read_paths(source)  # of the text that runs
+    paths = reads.read_paths(source)  # of the text that runs
     return CompiledExpression(text, program, references, result_type, bound_source is not None, paths, bound_source)
 
 

@@ -21,7 +21,8 @@ from .facts import WorkingCopy
 from .limits import Budget
 from .pointer import is_map
 from .policy import Rule
-from .projection import NAMESPACE_VARIABLES, Projection, Tree, project
+from .projection import NAMESPACE_VARIABLES, Projection
+from .reads import Tree, project
 from .request import AdmissionInput, default_priority_class
 from .ruleset import RuleSet
 from .workloads import Target
