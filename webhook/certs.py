@@ -176,22 +176,31 @@ def _now() -> dt.datetime:
 def check_bundle(directory: str | os.PathLike[str], dns_name: str, with_key: bool = True) -> list[str]:
     """What is wrong with DIR/ca.crt, tls.crt (and tls.key) for a webhook reached at `dns_name`; [] if nothing.
 
-    What the apiserver and the server will check later, checked before anything is embedded: the
-    CA parses and is a CA, the serving certificate is signed by it, names `dns_name` in its
-    subjectAltName, is valid now, and (with_key) matches tls.key.
+    What the apiserver and the server will check later, checked before anything is embedded: every
+    certificate of ca.crt parses and is a CA (ca.crt may hold several: the caBundle of a CA
+    rotation, old and new), the serving certificate is signed by one of them, names `dns_name` in
+    its subjectAltName, is valid now, and (with_key) matches tls.key.
+
+    Without the key (`manifests --no-secret`) only the caBundle is embedded, and the serving pair is
+    someone else's Secret: a tls.crt in DIR is still checked, but DIR may hold ca.crt alone (the
+    `cat old/ca.crt new/ca.crt > both/ca.crt` step of docs/operations.md §5).
     """
     out = Path(directory)
     problems: list[str] = []
     try:
-        ca = x509.load_pem_x509_certificate((out / CA_FILE).read_bytes())
+        cas = x509.load_pem_x509_certificates((out / CA_FILE).read_bytes())
     except (OSError, ValueError) as error:
         return [f"{out / CA_FILE}: not a readable PEM certificate ({getattr(error, 'strerror', None) or error})"]
-    try:
-        constraints = ca.extensions.get_extension_for_class(x509.BasicConstraints).value
-        if not constraints.ca:
-            problems.append(f"{out / CA_FILE}: not a CA certificate (basicConstraints CA:FALSE)")
-    except x509.ExtensionNotFound:
-        problems.append(f"{out / CA_FILE}: not a CA certificate (no basicConstraints)")
+    for position, ca in enumerate(cas):
+        which = f"{out / CA_FILE}" + (f" (certificate {position + 1} of {len(cas)})" if len(cas) > 1 else "")
+        try:
+            constraints = ca.extensions.get_extension_for_class(x509.BasicConstraints).value
+            if not constraints.ca:
+                problems.append(f"{which}: not a CA certificate (basicConstraints CA:FALSE)")
+        except x509.ExtensionNotFound:
+            problems.append(f"{which}: not a CA certificate (no basicConstraints)")
+    if not with_key and not (out / CERT_FILE).exists():
+        return problems
     try:
         cert = x509.load_pem_x509_certificate((out / CERT_FILE).read_bytes())
     except (OSError, ValueError) as error:
@@ -199,9 +208,7 @@ def check_bundle(directory: str | os.PathLike[str], dns_name: str, with_key: boo
             *problems,
             f"{out / CERT_FILE}: not a readable PEM certificate ({getattr(error, 'strerror', None) or error})",
         ]
-    try:
-        cert.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, InvalidSignature):
+    if not any(_issued_by(cert, ca) for ca in cas):
         problems.append(f"{out / CERT_FILE} is not signed by {out / CA_FILE}: the apiserver would refuse it")
     try:
         names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
@@ -227,3 +234,11 @@ def check_bundle(directory: str | os.PathLike[str], dns_name: str, with_key: boo
                 f"{out / KEY_FILE}: not a readable PEM private key ({getattr(error, 'strerror', None) or error})"
             )
     return problems
+
+
+def _issued_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True

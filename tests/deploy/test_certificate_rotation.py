@@ -16,16 +16,24 @@ What it proves, with every request counted:
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
+import re
+import shlex
+import shutil
 import ssl
+import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 
-from tests.support import gpu_pod, make_review, start_server
-from webhook.certs import CA_FILE, Bundle, generate_bundle, write_bundle
+from tests.support import gpu_pod, make_review, start_server, wait_for
+from webhook.certs import CA_FILE, CERT_FILE, KEY_FILE, Bundle, certificate_not_after, generate_bundle, write_bundle
+from webhook.cli import main
 
 SAN = (["localhost"], ["127.0.0.1"])
 
@@ -51,15 +59,15 @@ def trusting(*ca_dirs: Path, tmp: Path) -> ssl.SSLContext:
     return context
 
 
-async def post(session: aiohttp.ClientSession, base: str) -> None:
-    async with session.post(f"{base}/mutate", json=make_review(gpu_pod())) as response:
+async def post(session: aiohttp.ClientSession, base: str, **request: Any) -> None:
+    async with session.post(f"{base}/mutate", json=make_review(gpu_pod()), **request) as response:
         assert response.status == 200
         body = await response.json()
         assert body["response"]["allowed"] is True
 
 
-async def expiry_metric(session: aiohttp.ClientSession, base: str) -> float:
-    async with session.get(f"{base}/metrics") as response:
+async def expiry_metric(session: aiohttp.ClientSession, base: str, **request: Any) -> float:
+    async with session.get(f"{base}/metrics", **request) as response:
         for line in (await response.text()).splitlines():
             if line.startswith("gpu_webhook_certificate_expiry_timestamp_seconds "):
                 return float(line.split()[1])
@@ -164,3 +172,127 @@ async def test_a_mismatched_pair_keeps_the_old_one_serving(tmp_path: Path, rules
                 assert "gpu_webhook_certificate_reload_failures_total 1.0" in await response.text()
     finally:
         await server.stop()
+
+
+OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+IMAGE = "registry.example.com/gpu-webhook@sha256:" + "0" * 64
+SERVICE_NAME = "gpu-webhook.gpu-webhook.svc"  # what `gpu-webhook certs` names by default, as the apiserver dials it
+
+
+def new_ca_procedure() -> list[str]:
+    """The commands of docs/operations.md §5 "New CA", in order, as the doc spells them."""
+    text = OPERATIONS.read_text()
+    section = text[text.index("**New CA**") :]
+    section = section[: section.index("\n\n")]
+    return [c for c in re.findall(r"`([^`]+)`", section) if c.startswith(("gpu-webhook ", "mkdir "))]
+
+
+def run_documented(command: str, cwd: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """One documented command, as an admin would type it: gpu-webhook through main(), the rest with bash.
+
+    The doc's `...` stands for the flags of the install (§3a); --image is the one a fail-closed render needs.
+    """
+    if not command.startswith("gpu-webhook "):
+        subprocess.run(["bash", "-e", "-c", command], cwd=cwd, check=True)
+        return ""
+    argv = shlex.split(command.replace("...", f"--image {IMAGE}"))[1:]
+    capsys.readouterr()
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, (command, err)
+    return out
+
+
+def ca_bundle(rendered: str) -> bytes:
+    """The caBundle the apiserver would trust after applying `rendered` (the same in every webhook entry)."""
+    bundles = {
+        webhook["clientConfig"]["caBundle"]
+        for obj in yaml.safe_load_all(rendered)
+        if obj and obj["kind"].endswith("WebhookConfiguration")
+        for webhook in obj["webhooks"]
+    }
+    assert len(bundles) == 1, bundles
+    return base64.b64decode(bundles.pop())
+
+
+def secret_volume(directory: Path, source: Path, version: str) -> None:
+    """The Secret of `kubectl create secret tls --cert=SOURCE/tls.crt --key=SOURCE/tls.key`, as the kubelet
+    publishes it (kubelet_volume's atomic `..data` swap): tls.crt and tls.key only."""
+    data = directory / f"..{version}"
+    data.mkdir()
+    for name in (CERT_FILE, KEY_FILE):
+        shutil.copy(source / name, data / name)
+    link = directory / "..data_tmp"
+    link.symlink_to(data.name)
+    os.replace(link, directory / "..data")
+    for name in (CERT_FILE, KEY_FILE):
+        if not (directory / name).is_symlink():
+            (directory / name).symlink_to(f"..data/{name}")
+
+
+async def test_the_documented_new_ca_procedure_fails_no_request(
+    tmp_path: Path, rules_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/operations.md §5 "New CA", command by command, against a live server: the caBundle of step 2
+    (old and new CA) is what the client trusts, and no request fails while step 3 swaps the Secret."""
+    steps = new_ca_procedure()
+    assert [s.split()[:2] for s in steps] == [
+        ["gpu-webhook", "certs"],
+        ["mkdir", "-p"],
+        ["gpu-webhook", "manifests"],
+        ["gpu-webhook", "manifests"],
+    ], steps
+    work = tmp_path / "admin"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    run_documented("gpu-webhook certs --out ./old --keep-ca-key", work, capsys)  # the install (§3a)
+    cert_dir = tmp_path / "secret"
+    cert_dir.mkdir()
+    secret_volume(cert_dir, work / "old", "v1")
+    server = await start_server(cert_dir, rules_dir)
+    base = f"https://127.0.0.1:{server.port}"
+    try:
+        run_documented(steps[0], work, capsys)  # 1. the new CA and its serving certificate
+        run_documented(steps[1], work, capsys)  # 2. both CAs in one file ...
+        both_rendered = run_documented(steps[2], work, capsys)  # ... and the caBundle with both
+        assert not any(obj and obj["kind"] == "Secret" for obj in yaml.safe_load_all(both_rendered))
+        bundle = ca_bundle(both_rendered)
+        assert bundle == (work / "old" / CA_FILE).read_bytes() + (work / "new" / CA_FILE).read_bytes()
+
+        (tmp_path / "bundle.pem").write_bytes(bundle)
+        apiserver = ssl.create_default_context(cafile=str(tmp_path / "bundle.pem"))  # checks the host name
+        counts, failures, stop = [0], [], asyncio.Event()
+
+        async def load() -> None:  # a new connection per request, as handshakes are what a swap can break
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=apiserver, force_close=True)) as s:
+                while not stop.is_set():
+                    try:
+                        await post(s, base, server_hostname=SERVICE_NAME)
+                        counts[0] += 1
+                    except Exception as error:  # every failure is counted and reported, none hidden
+                        failures.append(f"{type(error).__name__}: {error}")
+
+        client = asyncio.create_task(load())
+        await asyncio.sleep(0.2)
+        secret_volume(cert_dir, work / "new", "v2")  # 3. the Secret now holds the new serving pair
+        new_expiry = certificate_not_after(work / "new" / CERT_FILE).timestamp()
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=apiserver, force_close=True)) as probe:
+            await wait_for(lambda: _expiry_is(probe, base, new_expiry), timeout=5)
+        await asyncio.sleep(0.2)  # keep the load up after the reload too
+        stop.set()
+        await client
+        assert failures == [], failures[:5]
+        assert counts[0] > 5, counts
+
+        new_rendered = run_documented(steps[3], work, capsys)  # 4. the caBundle with the new CA only
+        assert ca_bundle(new_rendered) == (work / "new" / CA_FILE).read_bytes()
+        (tmp_path / "new.pem").write_bytes(ca_bundle(new_rendered))
+        new_only = ssl.create_default_context(cafile=str(tmp_path / "new.pem"))
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=new_only, force_close=True)) as s:
+            await post(s, base, server_hostname=SERVICE_NAME)
+    finally:
+        await server.stop()
+
+
+async def _expiry_is(session: aiohttp.ClientSession, base: str, expected: float) -> bool:
+    return await expiry_metric(session, base, server_hostname=SERVICE_NAME) == expected
