@@ -165,3 +165,45 @@ def test_a_leading_dot_exports_as_the_variable_it_names(tmp_path: Path) -> None:
             assert comparison.same, comparison
             seen.append(comparison.engine[0])
     assert seen == ["pass", "deny", "deny"]
+
+
+POD_METADATA_RULE = (
+    "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: team-label}\n"
+    "spec:\n  action: Deny\n  match: {kinds: [%s]}\n"
+    "  validate:\n"
+    "    expression: \"podMetadata != null && has(podMetadata.labels) && 'team' in podMetadata.labels\"\n"
+    "    messageExpression: target + ' has no team label'\n"
+)
+
+
+def test_pod_metadata_exports_as_the_metadata_beside_each_pod_spec(tmp_path: Path) -> None:
+    """podMetadata is the Pod's metadata, or each template's (autogen): the policy reads the same."""
+    ruleset = load_rule_text(tmp_path, POD_METADATA_RULE % "Pod")
+    exported = export(ruleset)
+    assert exported.exported == ["team-label"], exported.refused
+    labelled = gpu_pod()
+    labelled["metadata"]["labels"] = {"team": "a"}
+    # the workload carries the label, its pods do not: both deny
+    workload_only = wrap(gpu_pod(), "Deployment")
+    workload_only["metadata"]["labels"] = {"team": "a"}
+    server = Apiserver()
+    seen = []
+    cases = [
+        ("pod", labelled),
+        ("unlabelled pod", gpu_pod()),
+        ("deployment", wrap(labelled, "Deployment")),
+        ("job", wrap(labelled, "Job")),
+        ("unlabelled job", wrap(gpu_pod(), "Job")),
+        ("labelled deployment, unlabelled pods", workload_only),
+    ]
+    for name, obj in cases:
+        for comparison in compare(ruleset, exported, server, name, AdmissionInput.offline(obj)):
+            assert comparison.same, comparison
+            seen.append(comparison.engine[0])
+    assert seen == ["pass", "deny", "pass", "pass", "deny", "deny"]
+
+
+def test_pod_metadata_of_a_whole_workload_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    ruleset = load_rule_text(tmp_path, POD_METADATA_RULE % "Pod, Deployment")
+    refused = {r.rule: r.reason for r in export(ruleset).refused}
+    assert "leave those kinds to autogen" in refused["team-label"]

@@ -16,7 +16,19 @@ from dataclasses import dataclass
 
 from webhook.engine import celsyntax
 
-from .podfields import ANY, CONTAINER, NAMESPACE, POD, POD_ONLY_SPEC_FIELDS, POD_SPEC, FieldType, ListOf, MapOf, Struct
+from .podfields import (
+    ANY,
+    CONTAINER,
+    NAMESPACE,
+    OBJECT_META,
+    POD,
+    POD_ONLY_SPEC_FIELDS,
+    POD_SPEC,
+    FieldType,
+    ListOf,
+    MapOf,
+    Struct,
+)
 
 _MACROS = frozenset({"all", "exists", "exists_one", "filter", "map"})
 
@@ -38,6 +50,7 @@ class Scope:
 def scope_for(kinds: list[str], autogen: bool) -> Scope:
     variables: dict[str, FieldType] = {
         "podSpec": POD_SPEC,
+        "podMetadata": OBJECT_META,
         "podSpecs": ListOf(POD_SPEC),
         "containers": ListOf(CONTAINER),
         "namespaceObject": NAMESPACE,

@@ -31,6 +31,7 @@ VARIABLES = (
     "namespaceObject",
     "params",
     "podSpec",
+    "podMetadata",  # the metadata of the target's pod (a Pod's, or its template's); null as podSpec is
     "podSpecs",
     "containers",
     "target",
@@ -81,7 +82,7 @@ class CompiledExpression:
     # True when the rule's params are compiled in as a constant (CelEnvironment.compile(params=...)):
     # the expression then runs on the activation shared by every rule of a request.
     params_bound: bool = False
-    # The fields of object, oldObject, namespaceObject, request and podSpec the program can read (read_paths)
+    # The fields of object, oldObject, namespaceObject, request, podSpec and podMetadata the program can read (read_paths)
     paths: Mapping[str, frozenset[tuple[str, ...]]] = field(default_factory=dict)
     # The text `program` was compiled from when params_bound (the params literal bound in): what a
     # fused program (programs.py: one evaluation for a phase's expressions) embeds

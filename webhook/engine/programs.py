@@ -19,7 +19,7 @@ from .cel import CelEvaluationError, CompiledExpression, plain_result
 from .decision import RuleError
 from .facts import WorkingCopy
 from .limits import Budget
-from .pointer import is_map
+from .pointer import get_path, is_map
 from .policy import Rule
 from .projection import NAMESPACE_VARIABLES, Projection
 from .reads import Tree, project
@@ -287,6 +287,9 @@ class Programs:
             variables["priorityClasses"] = admission.priority_classes
         if "defaultPriorityClass" in references:
             variables["defaultPriorityClass"] = self._default_priority_class()
+        if "podMetadata" in references:
+            # not a fact: facts outlive edits of labels and annotations (facts.py), this must not
+            variables["podMetadata"] = project(self._pod_metadata(target), trees["podMetadata"])
         if references.isdisjoint(FACT_VARIABLES):
             # nothing here reads the pod specs: their facts (retaken after every edit) are not needed
             return self.ruleset.env.activation(variables)
@@ -306,6 +309,13 @@ class Programs:
         if "quantities" in references:
             variables["quantities"] = facts.quantities()
         return self.ruleset.env.activation(variables)
+
+    def _pod_metadata(self, target: Target) -> Any:
+        """The metadata beside the target's one pod spec (a Pod's own, a template's); None when it has
+        several pod specs (as podSpec) or the object has none there."""
+        if len(target.pod_specs) != 1:
+            return None
+        return get_path(self.copy.working, target.pod_metadata[0])
 
     def _default_priority_class(self) -> str | None:
         classes = self.admission.priority_classes

@@ -1,4 +1,4 @@
-"""The fields of object, oldObject, namespaceObject, request and podSpec that a CEL text can read.
+"""The fields of object, oldObject, namespaceObject, request, podSpec and podMetadata that a CEL text can read.
 
 The CEL runtime converts a variable from Python on its first use in an activation, deeply:
 the whole Pod, its managedFields and status included, although the default pack reads a few
@@ -21,7 +21,7 @@ from typing import Any
 
 from . import celsyntax
 
-ROOTS = ("object", "oldObject", "namespaceObject", "request", "podSpec")
+ROOTS = ("object", "oldObject", "namespaceObject", "request", "podSpec", "podMetadata")
 WHOLE = None  # a node of a projection tree that keeps the value as it is
 Tree = dict[str, Any] | None  # name -> child tree; WHOLE keeps everything
 

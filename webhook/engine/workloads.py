@@ -287,6 +287,11 @@ class Target:
     def metadata(self) -> tuple[str | int, ...]:
         return (*self.root, "metadata")
 
+    @property
+    def pod_metadata(self) -> tuple[tuple[str | int, ...], ...]:
+        """The metadata of each pod this target governs: the sibling of each of its pod specs."""
+        return tuple((*path[:-1], "metadata") for path in self.pod_specs)
+
 
 def pod_template_targets(obj: Mapping[str, Any]) -> list[Target]:
     """One target per pod template of a known workload kind (empty for anything else)."""

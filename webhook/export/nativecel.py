@@ -31,6 +31,7 @@ LOOP = "gwT"  # the per-target loop variable of every generated comprehension
 # engine variable -> field of the loop variable (targets.py builds these fields)
 TARGET_FIELDS = {
     "podSpec": "spec",
+    "podMetadata": "metadata",
     "podSpecs": "specs",
     "containers": "containers",
     "target": "description",

@@ -210,12 +210,22 @@ def targets_expression(
     """The list of targets of whichever kind `object` is, each with the fields the rule reads
     (`pointers`: see template_targets)."""
     specs_needed = bool(fields & SPEC_FIELDS)
+    # podMetadata: the target's root holds it (a template's {metadata, spec}, a Pod itself)
+    rooted = with_paths or "metadata" in fields
+    if "metadata" in fields:
+        whole = sorted(k.kind for k in kinds if not k.templates and k.kind != "Pod")
+        if whole:
+            raise NotNative(
+                f"reads podMetadata of {', '.join(whole)} (named in match.kinds: the object itself is the target, "
+                "and its pod's metadata sits in a template export does not single out); the webhook keeps the rule, "
+                "or leave those kinds to autogen (one target per pod template) to export it"
+            )
     branches = []
     for entry in kinds:
         raw = (
-            template_targets(entry.kind, with_paths, pointers)
+            template_targets(entry.kind, rooted, pointers)
             if entry.templates
-            else object_target(entry.kind, with_paths, specs_needed)
+            else object_target(entry.kind, rooted, specs_needed)
         )
         branches.append((entry.kind, raw))
     return f"({_dispatch(branches)}).map(gwX, {_enriched(fields, translator, with_paths, specs_needed)})"
@@ -241,6 +251,9 @@ def _enriched(fields: set[str], translator: Translator, with_paths: bool, specs_
     out = ["'description': gwX.description"] + (["'specs': gwX.specs"] if specs_needed else [])
     if "spec" in fields:
         out.append("'spec': dyn(size(gwX.specs) == 1 ? gwX.specs[0] : null)")
+    if "metadata" in fields:
+        # as the engine's podMetadata: the metadata beside the pod spec, null when there is none
+        out.append("'metadata': dyn(has(gwX.root.metadata) ? gwX.root.metadata : null)")
     if "containers" in fields:
         # more than one spec happens only for an object target of a multi-template kind, refused upstream
         out.append(
