@@ -1,0 +1,588 @@
+"""Pod-create latency through a real kube-apiserver, as users feel it: `python -m bench.apiserver_path`.
+
+One etcd + kube-apiserver (tests/support/envtest.py, binaries from $KUBEBUILDER_ASSETS) and,
+beside it on 127.0.0.1 with a certificate for 127.0.0.1 signed by the CA `gpu-webhook certs`
+made: the no-op webhook (bench/noop_server.py), `gpu-webhook serve` with the full pack and its
+namespace watch, and for the mixed mode a second `gpu-webhook serve` with the rules
+`gpu-webhook manifests --native` leaves to the webhook. Every configuration is the rendered
+registration, installed as `manifests` renders it (rules, selectors, matchConditions,
+failurePolicy), with one term added to every webhook's and binding's namespaceSelector
+(`bench.gpu-webhook.io/target In [<configuration>]`) so that each namespace is selected by one
+configuration only. The namespaces carry the labels and annotations of docs/operations.md's
+example tenant namespace (`team-llm`), plus that target label:
+
+    none         bench-none: no webhook selects it (the same labels; the apiserver's own path)
+    noop         bench-noop: the no-op webhook, registered with the same rules
+    gpu-webhook  bench-gpu: gpu-webhook, full pack, both phases
+    mixed        bench-mixed: the pack's native policies in the apiserver + gpu-webhook for the rest
+
+Server-side dry-run creates (`dryRun=All`: admission runs, nothing is stored) of a GPU pod and a
+CPU pod, over keep-alive HTTPS as the admin user, from 1 and 8 concurrent clients (one asyncio
+client process). Rounds alternate the configurations (and rotate their order), `--creates` per
+configuration, pod and concurrency in each round, so every configuration meets the same
+neighbours. Around every batch the apiserver's /metrics
+(`apiserver_admission_webhook_admission_duration_seconds`, per webhook) and the servers'
+`gpu_webhook_request_duration_seconds` are scraped. Prints a table and writes
+bench/results/tmp/apiserver-<timestamp>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import copy
+import json
+import os
+import platform
+import re
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from bench import handler_time
+from tests.support.envtest import EnvTest, EnvTestError, assets_dir, free_port, log_tail, spawn, terminate
+from webhook.certs import CA_FILE, Bundle, generate_serving, load_ca, write_bundle
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results" / "tmp"
+RULES = REPO / "rules"
+IMAGE = "registry.example.com/gpu-webhook@sha256:" + "0" * 64  # never pulled: the Deployment is not installed
+# as the end-to-end tests run the apiserver (tests/e2e/conftest.py CLUSTER_FLAGS)
+CLUSTER_FLAGS = (
+    "--allow-privileged=true",
+    "--runtime-config=resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true",
+)
+TARGET = "bench.gpu-webhook.io/target"
+CONFIGS = ("none", "noop", "gpu-webhook", "mixed")
+NAMESPACES = {"none": "bench-none", "noop": "bench-noop", "gpu-webhook": "bench-gpu", "mixed": "bench-mixed"}
+# docs/operations.md, "An example tenant namespace"
+TENANT_LABELS = {
+    "gpu-webhook.io/tenant": "true",
+    "gpu-webhook.io/queue-required": "true",
+    "environment": "production",
+    "team": "llm",
+    "cost-center": "cc-4711",
+    "pod-security.kubernetes.io/enforce": "baseline",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+TENANT_ANNOTATIONS = {
+    "gpu-webhook.io/queue": "llm-queue",
+    "gpu-webhook.io/allowed-priority-classes": "gpu-batch,gpu-critical",
+    "gpu-webhook.io/allowed-workload-priority-classes": "training-batch,serving-critical",
+    "gpu-webhook.io/allowed-runtime-classes": "",
+    "gpu-webhook.io/allowed-mig-profiles": "1g.10gb,3g.40gb",
+    "gpu-webhook.io/max-gpus-per-pod": "8",
+    "gpu-webhook.io/allowed-device-classes": "gpu.nvidia.com,mig.nvidia.com",
+    "gpu-webhook.io/max-devices-per-claim-request": "8",
+}
+APISERVER_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
+_APISERVER_LINE = re.compile(rf"^{APISERVER_METRIC}_(bucket|sum|count)\{{([^}}]*)\}} (\S+)$")
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def pod(kind: str, namespace: str) -> dict[str, Any]:
+    """The GPU pod of the end-to-end tests (one container, one NVIDIA GPU), or the same pod without the GPU."""
+    resources: dict[str, Any] = {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"memory": "4Gi"}}
+    if kind == "gpu":
+        resources["requests"]["nvidia.com/gpu"] = "1"
+        resources["limits"]["nvidia.com/gpu"] = "1"
+    image = "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04" if kind == "gpu" else "registry.example.com/app:1.0"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"bench-{kind}", "namespace": namespace},
+        "spec": {"containers": [{"name": "main", "image": image, "resources": resources}]},
+    }
+
+
+def cli(*args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "GPU_WEBHOOK_RULES"}
+    done = subprocess.run(
+        [sys.executable, "-m", "webhook.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"gpu-webhook {' '.join(args)} exited {done.returncode}:\n{done.stderr}")
+    return done.stdout
+
+
+# -- servers ---------------------------------------------------------------------------------------
+
+
+def serving_certs(tmp: Path) -> tuple[Path, Path]:
+    """(the `certs` directory `manifests --ca` reads, a 127.0.0.1 serving bundle signed by the same CA)."""
+    rendered = tmp / "certs"
+    cli("certs", "--out", str(rendered), "--keep-ca-key")
+    serving = tmp / "serving"
+    ca_cert, ca_key = load_ca(rendered)
+    cert, key = generate_serving(ca_cert, ca_key, ["localhost"], ["127.0.0.1"])
+    write_bundle(Bundle(ca_cert, ca_key, cert, key), serving)
+    return rendered, serving
+
+
+@contextlib.contextmanager
+def process(name: str, command: list[str], tmp: Path, ready: str, ca_file: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A server subprocess (killed with this process), up once GET `ready` answers 200."""
+    log = tmp / f"{name}.log"
+    env = {k: v for k, v in os.environ.items() if k != "GPU_WEBHOOK_RULES"}
+    child = spawn(command, log, env)
+    try:
+        context = ssl.create_default_context(cafile=str(ca_file))
+        deadline = time.monotonic() + 60
+        while True:
+            if child.poll() is not None:
+                raise SystemExit(f"{name} exited {child.returncode}:\n{log_tail(log)}")
+            try:
+                with urllib.request.urlopen(ready, timeout=2, context=context if ready.startswith("https") else None):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"{name} not ready in 60 s:\n{log_tail(log)}") from None
+                time.sleep(0.1)
+        yield child
+    finally:
+        terminate(child, timeout=10)
+
+
+def noop_server(tmp: Path, serving: Path, port: int) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
+    command = [sys.executable, "-m", "bench.noop_server", "--port", str(port), "--cert-dir", str(serving)]
+    # the no-op server has no GET route: a 405 on /mutate also says it listens
+    return _listening("noop", command, tmp, port, serving)
+
+
+@contextlib.contextmanager
+def _listening(name: str, command: list[str], tmp: Path, port: int, serving: Path) -> Iterator[subprocess.Popen[bytes]]:
+    log = tmp / f"{name}.log"
+    child = spawn(command, log)
+    try:
+        context = ssl.create_default_context(cafile=str(serving / CA_FILE))
+        deadline = time.monotonic() + 30
+        while True:
+            if child.poll() is not None:
+                raise SystemExit(f"{name} exited {child.returncode}:\n{log_tail(log)}")
+            try:
+                urllib.request.urlopen(f"https://127.0.0.1:{port}/mutate", timeout=2, context=context).close()
+                break
+            except urllib.error.HTTPError:
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"{name} not listening in 30 s:\n{log_tail(log)}") from None
+                time.sleep(0.1)
+        yield child
+    finally:
+        terminate(child, timeout=10)
+
+
+def gpu_webhook_server(
+    name: str, tmp: Path, serving: Path, port: int, metrics_port: int, rules: Path, kubeconfig: Path
+) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
+    command = [
+        sys.executable, "-m", "webhook.cli", "serve",
+        "--port", str(port), "--cert-dir", str(serving), "--rules", str(rules),
+        "--namespaces", "watch", "--kubeconfig", str(kubeconfig),
+        "--metrics-port", str(metrics_port), "--log-level", "warning", "--shutdown-timeout", "5",
+    ]  # fmt: skip
+    return process(name, command, tmp, f"http://127.0.0.1:{metrics_port}/readyz", serving / CA_FILE)
+
+
+# -- registration ----------------------------------------------------------------------------------
+
+
+def _select(selector: dict[str, Any] | None, config: str) -> dict[str, Any]:
+    selector = copy.deepcopy(selector or {})
+    selector.setdefault("matchExpressions", []).append({"key": TARGET, "operator": "In", "values": [config]})
+    return selector
+
+
+def registration(documents: list[dict[str, Any]], config: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the webhook configurations, the admission policies and bindings) of `documents`, renamed for
+    `config` and narrowed to its namespace."""
+    webhooks, policies = [], []
+    for document in documents:
+        kind = document.get("kind", "")
+        if kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+            body = copy.deepcopy(document)
+            body["metadata"]["name"] = f"{config}-{body['metadata']['name']}"
+            for webhook in body["webhooks"]:
+                webhook["name"] = f"{config}.{webhook['name']}"
+                webhook["namespaceSelector"] = _select(webhook.get("namespaceSelector"), config)
+            webhooks.append(body)
+        elif kind.endswith("AdmissionPolicyBinding"):
+            body = copy.deepcopy(document)
+            match = body["spec"].setdefault("matchResources", {})
+            match["namespaceSelector"] = _select(match.get("namespaceSelector"), config)
+            policies.append(body)
+        elif kind.endswith("AdmissionPolicy"):
+            policies.append(copy.deepcopy(document))
+    return webhooks, policies
+
+
+def write_configmap_rules(documents: list[dict[str, Any]], directory: Path) -> int:
+    """The rules `manifests --native` leaves to the webhook (its rules ConfigMap), as files in `directory`."""
+    directory.mkdir(parents=True)
+    written = 0
+    for document in documents:
+        if document.get("kind") == "ConfigMap" and document["metadata"]["name"] == "gpu-webhook-rules":
+            for name, text in document.get("data", {}).items():
+                (directory / name).write_text(text)
+                written += 1
+    return written
+
+
+# -- metrics ---------------------------------------------------------------------------------------
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]
+
+
+# -- load ------------------------------------------------------------------------------------------
+
+
+async def batch(
+    session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str], count: int, clients: int
+) -> tuple[list[float], float, list[str]]:
+    """`count` dry-run creates from `clients` concurrent clients: (latencies in ms, wall seconds, failures)."""
+    latencies: list[float] = []
+    failures: list[str] = []
+    remaining = count
+
+    async def client() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            began = time.perf_counter()
+            async with session.post(url, data=body, headers=headers) as response:
+                payload = await response.read()
+            latencies.append((time.perf_counter() - began) * 1e3)
+            if response.status != 201:
+                failures.append(f"{response.status} {payload[:300].decode(errors='replace')}")
+
+    began = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return latencies, time.perf_counter() - began, failures
+
+
+def metrics_text(env: EnvTest) -> str:
+    request = urllib.request.Request(env.url + "/metrics", headers={"Authorization": f"Bearer {env.token}"})
+    with urllib.request.urlopen(request, timeout=30, context=ssl.create_default_context(cafile=str(env.ca_file))) as r:
+        return r.read().decode()
+
+
+def apiserver_histogram(env: EnvTest) -> dict[str, dict[str, float]]:
+    found: dict[str, dict[str, float]] = {}
+    for line in metrics_text(env).splitlines():
+        if not line.startswith(APISERVER_METRIC):
+            continue
+        match = _APISERVER_LINE.match(line)
+        if match is None or match.group(1) == "bucket":
+            continue
+        labels = dict(_LABEL.findall(match.group(2)))
+        entry = found.setdefault(labels.get("name", ""), {"count": 0.0, "sum": 0.0})
+        entry[match.group(1)] += float(match.group(3))
+    return found
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    configs = [c for c in CONFIGS if c in args.configs]
+    with tempfile.TemporaryDirectory(prefix="bench-apiserver-") as scratch, contextlib.ExitStack() as stack:
+        tmp = Path(scratch)
+        rendered_certs, serving = serving_certs(tmp)
+        common = ["manifests", "--ca", str(rendered_certs), "--rules", str(RULES), "--image", IMAGE]
+        full = [d for d in yaml.safe_load_all(cli(*common)) if d]
+        native = [d for d in yaml.safe_load_all(cli(*common, "--native")) if d] if "mixed" in configs else []
+        began = time.monotonic()
+        env = stack.enter_context(EnvTest.start(apiserver_args=CLUSTER_FLAGS))
+        print(f"apiserver ready in {time.monotonic() - began:.1f} s", flush=True)
+        ca_pem = (serving / CA_FILE).read_bytes()
+        metric_ports: dict[str, int] = {}
+        pids: dict[str, int] = {}
+        for config in configs:
+            env.create_namespace(NAMESPACES[config], {**TENANT_LABELS, TARGET: config}, TENANT_ANNOTATIONS)
+        if "noop" in configs:
+            port = free_port()
+            child = stack.enter_context(noop_server(tmp, serving, port))
+            pids["noop"] = child.pid
+            webhooks, _ = registration(full, "noop")
+            env.install_webhooks(webhooks, f"https://127.0.0.1:{port}", ca_pem)
+        for config in ("gpu-webhook", "mixed"):
+            if config not in configs:
+                continue
+            documents = full if config == "gpu-webhook" else native
+            rules = RULES
+            if config == "mixed":
+                rules = tmp / "mixed-rules"
+                print(f"mixed mode: {write_configmap_rules(native, rules)} rule files left to the webhook", flush=True)
+            port, metric_ports[config] = free_port(), free_port()
+            child = stack.enter_context(
+                gpu_webhook_server(config, tmp, serving, port, metric_ports[config], rules, env.kubeconfig)
+            )
+            pids[config] = child.pid
+            webhooks, policies = registration(documents, config)
+            env.install_webhooks(webhooks, f"https://127.0.0.1:{port}", ca_pem)
+            for policy in policies:
+                made = env.create(policy)
+                if not made.ok:
+                    raise SystemExit(f"{policy['kind']}/{policy['metadata']['name']}: {made.status} {made.message}")
+            if policies:
+                print(f"mixed mode: {len(policies)} admission policies and bindings installed", flush=True)
+        wait_until_called(env, configs)
+        if "mixed" in configs:
+            wait_for_policies(env)
+        return asyncio.run(measure(env, configs, metric_ports, pids, args))
+
+
+def wait_until_called(env: EnvTest, configs: list[str]) -> None:
+    """Until a dry-run GPU pod in each webhook configuration's namespace reaches both of its webhooks."""
+    for config in configs:
+        if config == "none":
+            continue
+        names = (f"{config}.mutate-tenants.gpu-webhook.io", f"{config}.validate.gpu-webhook.io")
+        before = apiserver_histogram(env)
+        deadline = time.monotonic() + 30
+        while True:
+            answer = env.dry_run_create(pod("gpu", NAMESPACES[config]))
+            after = apiserver_histogram(env)
+            if all(after.get(n, {}).get("count", 0) > before.get(n, {}).get("count", 0) for n in names):
+                if not answer.ok:
+                    raise SystemExit(f"{config}: the GPU pod is refused: {answer.status} {answer.message}")
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{config}: webhooks not called in 30 s ({answer.status} {answer.message})")
+            time.sleep(0.2)
+
+
+def wait_for_policies(env: EnvTest) -> None:
+    """Until a native policy acts in the mixed namespace (no-node-name-in-tenants: a pod naming its node)."""
+    probe = pod("cpu", NAMESPACES["mixed"])
+    probe["spec"]["nodeName"] = "gpu-node-1"
+    deadline = time.monotonic() + 30
+    while True:
+        answer = env.dry_run_create(probe)
+        if not answer.ok and "ValidatingAdmissionPolicy" in answer.message:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"mixed: the native policies did not act in 30 s ({answer.status} {answer.message})")
+        time.sleep(0.2)
+
+
+async def measure(
+    env: EnvTest, configs: list[str], metric_ports: dict[str, int], pids: dict[str, int], args: argparse.Namespace
+) -> dict[str, Any]:
+    context = ssl.create_default_context(cafile=str(env.ca_file))
+    headers = {"Authorization": f"Bearer {env.token}", "Content-Type": "application/json", "Accept": "application/json"}
+    cells: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for config in configs:
+        for kind in args.pods:
+            for clients in args.clients:
+                cells[(config, kind, clients)] = {
+                    "latencies": [], "wall": 0.0, "failures": [], "apiserver": {}, "handler": {}, "cpu_s": 0.0,
+                }  # fmt: skip
+    connector = aiohttp.TCPConnector(limit=max(args.clients), ssl=context)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        urls = {c: f"{env.url}/api/v1/namespaces/{NAMESPACES[c]}/pods?dryRun=All" for c in configs}
+        bodies = {(c, k): json.dumps(pod(k, NAMESPACES[c])).encode() for c in configs for k in args.pods}
+        # warm-up: connections from the apiserver to each webhook, the servers' first requests
+        for config in configs:
+            for kind in args.pods:
+                await batch(session, urls[config], bodies[(config, kind)], headers, args.warmup, max(args.clients))
+        for round_number in range(args.rounds):
+            order = configs[round_number % len(configs) :] + configs[: round_number % len(configs)]
+            for clients in args.clients:
+                for kind in args.pods:
+                    for config in order:
+                        cell = cells[(config, kind, clients)]
+                        port = metric_ports.get(config)
+                        first_api = apiserver_histogram(env)
+                        first_handler = handler_time.scrape(port) if port else {}
+                        cpu_first = handler_time.cpu_seconds(pids[config]) if config in pids else 0.0
+                        latencies, wall, failures = await batch(
+                            session, urls[config], bodies[(config, kind)], headers, args.creates, clients
+                        )
+                        cpu_last = handler_time.cpu_seconds(pids[config]) if config in pids else 0.0
+                        last_api = apiserver_histogram(env)
+                        cell["latencies"] += latencies
+                        cell["wall"] += wall
+                        cell["failures"] += failures
+                        cell["cpu_s"] += cpu_last - cpu_first
+                        for name, entry in last_api.items():
+                            prior = first_api.get(name, {"count": 0.0, "sum": 0.0})
+                            if entry["count"] > prior["count"]:
+                                acc = cell["apiserver"].setdefault(name, {"count": 0.0, "sum": 0.0})
+                                acc["count"] += entry["count"] - prior["count"]
+                                acc["sum"] += entry["sum"] - prior["sum"]
+                        if port:
+                            last_handler = handler_time.scrape(port)
+                            for endpoint, histogram in last_handler.items():
+                                delta = handler_time.between(first_handler.get(endpoint), histogram)
+                                acc = cell["handler"].setdefault(endpoint, handler_time.Histogram())
+                                acc.total += delta.total
+                                acc.count += delta.count
+                                for bound, count in delta.buckets.items():
+                                    acc.buckets[bound] = acc.buckets.get(bound, 0.0) + count
+            print(f"round {round_number + 1}/{args.rounds} done", flush=True)
+    return summarise(cells, configs, args)
+
+
+def summarise(
+    cells: dict[tuple[str, str, int], dict[str, Any]], configs: list[str], args: argparse.Namespace
+) -> dict[str, Any]:
+    rows = []
+    for (config, kind, clients), cell in cells.items():
+        lat = cell["latencies"]
+        row: dict[str, Any] = {
+            "config": config,
+            "pod": kind,
+            "clients": clients,
+            "creates": len(lat),
+            "failures": len(cell["failures"]),
+            "failure_examples": cell["failures"][:3],
+            "p50_ms": statistics.median(lat) if lat else float("nan"),
+            "p99_ms": _percentile(lat, 0.99),
+            "mean_ms": statistics.fmean(lat) if lat else float("nan"),
+            "creates_per_s": len(lat) / cell["wall"] if cell["wall"] else float("nan"),
+            "webhook_cpu_ms_per_create": cell["cpu_s"] / len(lat) * 1e3 if lat else float("nan"),
+            "apiserver_webhook_mean_ms": {
+                name: entry["sum"] / entry["count"] * 1e3 for name, entry in sorted(cell["apiserver"].items())
+            },
+            "apiserver_webhook_calls": {name: entry["count"] for name, entry in sorted(cell["apiserver"].items())},
+            "handler": {
+                endpoint: {
+                    "requests": h.count,
+                    "mean_ms": h.total / h.count * 1e3 if h.count else float("nan"),
+                    "p99_ms": handler_time.quantile(h, 0.99) * 1e3,
+                }
+                for endpoint, h in sorted(cell["handler"].items())
+                if h.count
+            },
+        }
+        rows.append(row)
+    index = {(r["config"], r["pod"], r["clients"]): r for r in rows}
+    for row in rows:
+        for base in ("none", "noop"):
+            other = index.get((base, row["pod"], row["clients"]))
+            if other is None or base == row["config"]:
+                continue
+            for q in ("p50", "p99"):
+                row[f"{q}_over_{base}_ms"] = row[f"{q}_ms"] - other[f"{q}_ms"]
+                row[f"{q}_ratio_{base}"] = row[f"{q}_ms"] / other[f"{q}_ms"]
+    return {"rows": rows}
+
+
+def _phase(names: dict[str, float], part: str) -> str:
+    values = [v for n, v in names.items() if part in n]
+    return f"{sum(values):.2f}" if values else "-"
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = [
+        "| config | pod | clients | creates | p50 ms | p99 ms | creates/s | p50 over none | p99 over none "
+        "| p50 over no-op | p99 over no-op | apiserver: webhook mean ms (mutate / validate) "
+        "| handler mean ms (mutate / validate) | webhook CPU ms/create |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|",
+    ]
+
+    def over(row: dict[str, Any], q: str, base: str) -> str:
+        key = f"{q}_over_{base}_ms"
+        return f"{row[key]:+.2f} ({row[f'{q}_ratio_{base}']:.2f}x)" if key in row else "-"
+
+    for row in sorted(result["rows"], key=lambda r: (r["clients"], r["pod"], CONFIGS.index(r["config"]))):
+        api = row["apiserver_webhook_mean_ms"]
+        handler = row["handler"]
+        hm = "/".join(f"{handler[e]['mean_ms']:.2f}" if e in handler else "-" for e in ("mutate", "validate"))
+        cpu = row["webhook_cpu_ms_per_create"]
+        lines.append(
+            f"| {row['config']} | {row['pod']} | {row['clients']} | {row['creates']}"
+            f"{' (' + str(row['failures']) + ' failed)' if row['failures'] else ''} | {row['p50_ms']:.2f} "
+            f"| {row['p99_ms']:.2f} | {row['creates_per_s']:.0f} | {over(row, 'p50', 'none')} | {over(row, 'p99', 'none')} "
+            f"| {over(row, 'p50', 'noop')} | {over(row, 'p99', 'noop')} | {_phase(api, 'mutate')} / {_phase(api, 'validate')} "
+            f"| {hm} | {cpu:.2f} |"
+            if row["config"] != "none"
+            else f"| {row['config']} | {row['pod']} | {row['clients']} | {row['creates']} | {row['p50_ms']:.2f} "
+            f"| {row['p99_ms']:.2f} | {row['creates_per_s']:.0f} | - | - | - | - | - | - | - |"
+        )
+    return "\n".join(lines)
+
+
+def goals(result: dict[str, Any]) -> list[str]:
+    """The design's goals against the no-op webhook, from this run (docs/performance.md)."""
+    out = []
+    for row in result["rows"]:
+        if row["config"] not in ("gpu-webhook", "mixed") or "p50_over_noop_ms" not in row:
+            continue
+        if row["pod"] == "gpu":
+            met = row["p50_over_noop_ms"] <= 1.0 and row["p99_over_noop_ms"] <= 3.0
+            want = "p50 ≤ +1.0 ms, p99 ≤ +3 ms"
+        else:
+            met = row["p50_over_noop_ms"] <= 0.3
+            want = "p50 ≤ +0.3 ms"
+        out.append(
+            f"{row['config']} {row['pod']} pod, {row['clients']} client(s): p50 {row['p50_over_noop_ms']:+.2f} ms, "
+            f"p99 {row['p99_over_noop_ms']:+.2f} ms over the no-op webhook; goal {want}: {'met' if met else 'NOT met'}"
+        )
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--creates", type=int, default=25, help="creates per configuration, pod and concurrency in each round"
+    )
+    parser.add_argument("--rounds", type=int, default=4, help="rounds; each runs every configuration once (default 4)")
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8], help="concurrent clients (default 1 8)")
+    parser.add_argument("--pods", nargs="+", choices=["gpu", "cpu"], default=["gpu", "cpu"])
+    parser.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS))
+    parser.add_argument("--warmup", type=int, default=10, help="unmeasured creates per configuration and pod first")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    if assets_dir() is None:
+        print(
+            "KUBEBUILDER_ASSETS is unset: no kube-apiserver to run against (e.g. KUBEBUILDER_ASSETS=/work/shared/envtest)"
+        )
+        return 2
+    began = time.monotonic()
+    try:
+        result = run(args)
+    except EnvTestError as error:
+        print(error, file=sys.stderr)
+        return 1
+    result["meta"] = {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": " ".join(["python -m bench.apiserver_path", *sys.argv[1:]]),
+        "seconds": time.monotonic() - began,
+        "load_average": os.getloadavg(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+        ).stdout.strip(),
+    }
+    print(table(result))
+    for line in goals(result):
+        print(line)
+    for row in result["rows"]:
+        for failure in row["failure_examples"]:
+            print(f"failed ({row['config']} {row['pod']}): {failure}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"apiserver-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    path.write_text(json.dumps(result, indent=2, default=str))
+    print(f"{path} ({result['meta']['seconds']:.0f} s, load average {result['meta']['load_average'][0]:.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
