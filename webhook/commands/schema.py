@@ -1,4 +1,4 @@
-"""`gpu-webhook schema [--out DIR]`: the JSON Schemas of rule and test files, for editors."""
+"""`gpu-webhook schema [--out DIR]`: the JSON Schemas of rule, test and site configuration files, for editors."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ KINDS = ("GPUPolicy", "GPUPolicyTest", "GPUWebhookConfig")
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser("schema", help="write the JSON Schemas of GPUPolicy and GPUPolicyTest")
+    # every kind named, from KINDS: a fourth schema cannot be left out of the help
+    parser = commands.add_parser("schema", help=f"write the JSON Schemas of {', '.join(KINDS[:-1])} and {KINDS[-1]}")
     parser.add_argument("--out", metavar="DIR", help="write every schema file to DIR (default: print one)")
     parser.add_argument("--kind", choices=KINDS, default="GPUPolicy", help="the schema to print")
     parser.set_defaults(run=run)
