@@ -67,7 +67,7 @@ def test_maps_and_unknown_values_are_not_checked():
     assert field_problems(text, POD_RULE) == []
 
 
-def test_object_is_only_checked_for_pod_only_rules():
+def test_object_beyond_metadata_is_only_checked_for_pod_only_rules():
     assert field_problems("object.spec.replicas > 1", scope_for(["Deployment"], autogen=True)) == []
     assert field_problems("has(object.spec.containers)", POD_RULE) == []  # a guard, not a use
     (problem,) = field_problems("object.metadata.lables.x", scope_for(["Pod"], autogen=False))
@@ -81,3 +81,40 @@ def test_positions_in_block_scalars():
     assert document.text_position(("spec", "expression"), len("first\n  sec")) == (4, 10)
     assert document.text_position(("spec", "plain"), 4) == (5, 14)
     assert document.text_position(("spec", "quoted"), 1) == (6, 13)
+
+
+@pytest.mark.parametrize(
+    ("kinds", "autogen"), [(["Pod"], True), (["Deployment"], True), (["Job", "Pod"], False), (["*"], True)]
+)
+def test_object_metadata_is_checked_for_every_kind(kinds, autogen):
+    """ObjectMeta is the same for every kind: a typo there is one whatever `object` is (issue 29)."""
+    scope = scope_for(kinds, autogen=autogen, reads_kind=True)
+    (problem,) = field_problems("has(object.metadata.lables)", scope)
+    assert problem.offset == len("has(object.metadata.") and "ObjectMeta has no field 'lables'" in problem.message
+    (problem,) = field_problems("oldObject.metadata.generateNam != ''", scope)
+    assert "did you mean 'generateName'" in problem.message
+    fields = ["name", "generateName", "namespace", "labels", "annotations", "ownerReferences", "finalizers", "uid"]
+    fields += ["resourceVersion", "generation", "creationTimestamp", "deletionTimestamp", "managedFields"]
+    fields += ["deletionGracePeriodSeconds"]
+    assert field_problems(" && ".join(f"has(object.metadata.{f})" for f in fields), scope) == []
+    assert field_problems("object.spec.anything && object.status.x", scope_for(kinds, autogen=True)) == []
+
+
+def test_pod_metadata_is_checked_as_object_meta():
+    (problem,) = field_problems("'team' in podMetadata.lables", POD_RULE)
+    assert "ObjectMeta has no field 'lables'" in problem.message
+
+
+def test_an_autogen_pod_rule_reading_the_workloads_labels_is_told_of_pod_metadata():
+    """With autogen, `object.metadata.labels` are the Deployment's, not its pods': lint says so, once."""
+    text = "has(object.metadata.labels) && 'team' in object.metadata.labels"
+    (problem,) = field_problems(text, POD_RULE)
+    assert problem.offset == len("has(object.metadata.")
+    assert "use `podMetadata.labels`" in problem.message and "autogen" in problem.message
+    (problem,) = field_problems("'x' in oldObject.metadata.annotations", POD_RULE)
+    assert "`podMetadata.annotations`" in problem.message
+    # where `object` is the Pod, the workload itself, or the rule tells them apart by object.kind: meant
+    assert field_problems(text, scope_for(["Pod"], autogen=False)) == []
+    assert field_problems(text, scope_for(["Deployment", "Job"], autogen=True)) == []
+    assert field_problems(text, scope_for(["Pod"], autogen=True, reads_kind=True)) == []
+    assert field_problems("object.metadata.name != '' && podMetadata.labels.size() > 0", POD_RULE) == []

@@ -172,6 +172,6 @@ def test_lint_params_check_reads_a_leading_dot_and_not_a_field(tmp_path: Path) -
     rule.write_text(
         "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: r}\nspec:\n"
         "  match: {kinds: [Pod]}\n  params: {team: a}\n  validate:\n"
-        '    expression: "object.metadata.labels.team in [.params.teem, object.params.tema]"\n    message: m\n'
+        '    expression: "podMetadata.labels.team in [.params.teem, object.params.tema]"\n    message: m\n'
     )
     assert ["params.teem is not a param of this rule" in str(e) for e in lint([rule])] == [True]

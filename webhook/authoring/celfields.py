@@ -12,13 +12,14 @@ expression text. The parser is the engine's CEL syntax module (engine/celsyntax.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from webhook.engine import celsyntax
 
 from .podfields import (
     ANY,
     CONTAINER,
+    KUBE_OBJECT,
     NAMESPACE,
     OBJECT_META,
     POD,
@@ -45,21 +46,46 @@ class Scope:
 
     variables: dict[str, FieldType]
     autogen_object: bool  # `object` may be a workload (Deployment, Job, ...) whose template holds the pod
+    # a Pod rule autogen extends to pod templates, whose `object.metadata` is the workload's, not the
+    # pod's: reading its labels or annotations is reported (podMetadata is the pod's)
+    workload_metadata: bool = False
+    reported: list[bool] = field(default_factory=list)  # one report of it per expression is enough
 
 
-def scope_for(kinds: list[str], autogen: bool) -> Scope:
+def scope_for(kinds: list[str], autogen: bool, reads_kind: bool = False) -> Scope:
+    """`reads_kind`: the rule's CEL reads `object.kind` somewhere, so it tells a workload from a Pod
+    and means the workload's metadata where it reads `object.metadata` (no workload_metadata report)."""
     variables: dict[str, FieldType] = {
         "podSpec": POD_SPEC,
         "podMetadata": OBJECT_META,
         "podSpecs": ListOf(POD_SPEC),
         "containers": ListOf(CONTAINER),
         "namespaceObject": NAMESPACE,
+        # ObjectMeta is the same for every kind: checked whatever `object` is
+        "object": KUBE_OBJECT,
+        "oldObject": KUBE_OBJECT,
     }
     pod_only = set(kinds) == {"Pod"}
     if pod_only and not autogen:
         variables["object"] = POD
         variables["oldObject"] = POD
-    return Scope(variables, autogen_object=pod_only and autogen)
+    templates = "Pod" in kinds and autogen
+    return Scope(variables, autogen_object=pod_only and autogen, workload_metadata=templates and not reads_kind)
+
+
+def reads_object_kind(text: str) -> bool:
+    """Whether a CEL text reads `object.kind` (or oldObject's): it tells what the object is."""
+    try:
+        tree = celsyntax.parse(text)
+    except celsyntax.CelSyntaxError:
+        return False
+    nodes = [tree]
+    while nodes:
+        node = nodes.pop()
+        if _is_object_part(node, "kind"):
+            return True
+        nodes.extend(node.children)
+    return False
 
 
 def field_problems(text: str, scope: Scope) -> list[FieldProblem]:
@@ -69,6 +95,7 @@ def field_problems(text: str, scope: Scope) -> list[FieldProblem]:
     except celsyntax.CelSyntaxError:
         return []  # the CEL compiler reports syntax errors with the real message
     problems: list[FieldProblem] = []
+    scope = replace(scope, reported=[])
     _walk(tree, dict(scope.variables), scope, problems, guarded=False)
     return problems
 
@@ -89,10 +116,29 @@ def _walk(
                 )
             )
             return ANY
+        if (
+            scope.workload_metadata
+            and not scope.reported
+            and node.name in ("labels", "annotations")
+            and _is_object_part(operand, "metadata")
+        ):
+            scope.reported.append(True)
+            root = operand.children[0].name
+            problems.append(
+                FieldProblem(
+                    node.position,
+                    f"`{root}.metadata.{node.name}`: this Pod rule also applies to pod templates (autogen), where "
+                    f"`{root}` is the workload: these are a Deployment's {node.name}, not its pods'; use "
+                    f"`podMetadata.{node.name}` (the pod's: a Pod's own, a template's), or set autogen: false; a rule "
+                    "that reads `object.kind` is taken to mean the workload's",
+                )
+            )
         owner = _walk(operand, variables, scope, problems, guarded)
         if isinstance(owner, Struct):
             if node.name in owner.fields:
                 return owner.fields[node.name]
+            if owner.open:
+                return ANY
             hint = difflib.get_close_matches(node.name, list(owner.fields), n=1)
             suffix = f" (did you mean {hint[0]!r}?)" if hint else ""
             problems.append(FieldProblem(node.position, f"{owner.name} has no field {node.name!r}{suffix}"))
@@ -127,9 +173,13 @@ def _walk(
 
 
 def _is_object_spec(node: celsyntax.Node) -> bool:
+    return _is_object_part(node, "spec")
+
+
+def _is_object_part(node: celsyntax.Node, name: str) -> bool:
     return (
         node.kind == "select"
-        and node.name == "spec"
+        and node.name == name
         and node.children[0].kind == "ident"
         and node.children[0].name in ("object", "oldObject")
     )

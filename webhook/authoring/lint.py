@@ -4,7 +4,9 @@ The loader (schema, unknown fields, enums, duplicate names, CEL syntax and type 
 runs first, through the same code path as the server's reload. Lint then adds:
 
 - field references: CEL that selects a field a Pod, PodSpec or Container does not have,
-  or `object.spec.containers` in a Pod rule that autogen extends to workloads;
+  or `object.spec.containers` in a Pod rule that autogen extends to workloads; `object.metadata`
+  whatever the kind (ObjectMeta is everyone's), and its labels/annotations in such a Pod rule
+  (the workload's there, not the pod's: podMetadata);
 - params: a `params.x` that the rule's `params` does not define (a typo, an error at runtime);
 - mutate-then-deny: a rule's mutation that a validation of the same pack denies, found
   by evaluating the pack on synthetic pods (one with a GPU, one without);
@@ -40,7 +42,7 @@ from webhook.engine import (
 )
 from webhook.kubeyaml import Document, YamlError, load_documents
 
-from .celfields import field_problems, scope_for
+from .celfields import field_problems, reads_object_kind, scope_for
 
 # -- slow or leaking CEL forms -----------------------------------------------------------------------
 # Measured with cel-expr-python 0.1.3, 20,000 evaluations of one rule on a one-container GPU pod,
@@ -127,8 +129,10 @@ def _field_errors(document: Document) -> Iterator[LoadError]:
     match = found if isinstance(found := spec.get("match"), Mapping) else {}
     kinds = listed if isinstance(listed := match.get("kinds"), list) else []
     names = [str(k.get("kind")) if isinstance(k, Mapping) else str(k) for k in kinds]
-    scope = scope_for(names, spec.get("autogen", True) is not False)
-    for path, text in document_cel_texts(data):
+    texts = list(document_cel_texts(data))
+    reads_kind = any(reads_object_kind(text) for _, text in texts)
+    scope = scope_for(names, spec.get("autogen", True) is not False, reads_kind)
+    for path, text in texts:
         for problem in field_problems(text, scope):
             line, column = document.text_position(path, problem.offset)
             where = SourceLocation(document.file, line, column)

@@ -17,6 +17,7 @@ class Struct:
 
     name: str
     fields: dict[str, FieldType]
+    open: bool = False  # other fields exist too (unchecked): an object of any kind, whose metadata is known
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +172,8 @@ POD_SPEC = _struct(
     "topologySpreadConstraints",
     "volumes",
 )
+# any object: ObjectMeta is the same for every kind, the rest depends on the kind (unchecked)
+KUBE_OBJECT = Struct("object", {"metadata": OBJECT_META}, open=True)
 POD = _struct("Pod", {"metadata": OBJECT_META, "spec": POD_SPEC}, "apiVersion", "kind", "status")
 NAMESPACE = _struct("Namespace", {"metadata": OBJECT_META}, "apiVersion", "kind", "spec", "status")
 # The fields of PodSpec that no workload kind has directly under its own `spec`.
