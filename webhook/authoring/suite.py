@@ -234,20 +234,32 @@ def check(case: Mapping[str, Any], decision: Decision, known: Collection[str] | 
         )
     for wanted in expect.get("rules") or []:
         if known is not None and wanted["rule"] not in known:
-            failures.append(f"rule {wanted['rule']}: no such rule in the rules under test")
+            # a typo in a rule name reads as a failing rule: name the nearest one
+            near = difflib.get_close_matches(str(wanted["rule"]), sorted(known), n=1)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            failures.append(f"rule {wanted['rule']}: no such rule in the rules under test{hint}")
             continue
         failures.extend(_check_rule(wanted, outcomes.get(wanted["rule"])))
     if "patch" in expect and expect["patch"] != decision.patch:
         failures.append(
             "the pack's patch differs:\n" + diff(expect["patch"], decision.patch, "expected patch", "actual patch")
         )
+    if "patchContains" in expect:
+        failures.extend(_missing_operations("the pack's patch", expect["patchContains"], decision.patch))
     if "object" in expect:
         actual = decision.mutated if decision.mutated is not None else case.get("object")
-        if expect.get("objectMatch", "subset") == "exact":
+        match = expect.get("objectMatch", "subset")
+        if match == "exact":
             if expect["object"] != actual:
                 failures.append(
                     "the object after mutation differs:\n"
                     + diff(expect["object"], actual, "expected object", "actual object")
+                )
+        elif match == "contains":
+            if not contains(expect["object"], actual):
+                failures.append(
+                    "the object after mutation does not contain the expected fields and list items:\n"
+                    + diff(expect["object"], actual, "expected (contained)", "actual object")
                 )
         elif not is_subset(expect["object"], actual):
             shown = project(actual, expect["object"])
@@ -256,6 +268,22 @@ def check(case: Mapping[str, Any], decision: Decision, known: Collection[str] | 
                 + diff(expect["object"], shown, "expected (subset)", "actual (same fields)")
             )
     return failures
+
+
+def _missing_operations(whose: str, expected: list[Any], actual: list[dict[str, Any]]) -> list[str]:
+    """One failure naming the expected operations that no operation of `actual` contains.
+
+    Both sides are compared as their `add` leaves (add_leaves): a rule adds `/spec/tolerations` with
+    a list when it is first, `/spec/tolerations/-` with an item when another rule made the list."""
+    leaves = [leaf for op in actual for leaf in add_leaves(op)]
+    wanted = [leaf for op in expected for leaf in add_leaves(op)]
+    missing = [op for op in wanted if not any(contains(op, a) for a in leaves)]
+    if not missing:
+        return []
+    return [
+        f"{whose} does not contain {len(missing)} of the expected operations:\n"
+        + diff(missing, actual, "missing operations", "actual patch")
+    ]
 
 
 def _check_rule(wanted: Mapping[str, Any], outcome: RuleOutcome | None) -> list[str]:
@@ -281,6 +309,8 @@ def _check_rule(wanted: Mapping[str, Any], outcome: RuleOutcome | None) -> list[
         failures.append(
             f"rule {name}: patch differs:\n" + diff(wanted["patch"], patch, "expected patch", "actual patch")
         )
+    if "patchContains" in wanted:
+        failures.extend(_missing_operations(f"rule {name}: its patch", wanted["patchContains"], patch))
     return failures
 
 
@@ -290,6 +320,40 @@ def is_subset(expected: Any, actual: Any) -> bool:
         return isinstance(actual, Mapping) and all(k in actual and is_subset(v, actual[k]) for k, v in expected.items())
     if isinstance(expected, list):
         return isinstance(actual, list) and len(expected) == len(actual) and all(map(is_subset, expected, actual))
+    return expected == actual
+
+
+def add_leaves(operation: Any) -> list[Any]:
+    """An `add` of a non-empty list as the appends of its items (`path/-`), of a non-empty map as the
+    adds of its entries (recursively); every other operation as itself."""
+    if not isinstance(operation, Mapping) or operation.get("op") != "add":
+        return [operation]
+    path, value = operation.get("path"), operation.get("value")
+    if not isinstance(path, str) or path.endswith("/-"):
+        return [operation]
+    if isinstance(value, list) and value:
+        return [{"op": "add", "path": f"{path}/-", "value": item} for item in value]
+    if isinstance(value, Mapping) and value:
+        return [
+            leaf
+            for key, item in value.items()
+            for leaf in add_leaves({"op": "add", "path": f"{path}/{_escape(str(key))}", "value": item})
+        ]
+    return [operation]
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def contains(expected: Any, actual: Any) -> bool:
+    """`objectMatch: contains`: maps as is_subset (every expected key, recursively); a list contains
+    the expected one when every expected item is contained in some actual item (in any order, with
+    other items beside: what other rules of the pack added). Else equal."""
+    if isinstance(expected, Mapping):
+        return isinstance(actual, Mapping) and all(k in actual and contains(v, actual[k]) for k, v in expected.items())
+    if isinstance(expected, list):
+        return isinstance(actual, list) and all(any(contains(e, a) for a in actual) for e in expected)
     return expected == actual
 
 

@@ -199,6 +199,13 @@ _EXPECT_RULE = {
         "message": {"type": "string", "description": "A substring of the rule's message."},
         "messageRegex": {"type": "string", "description": "A regular expression searched in the message."},
         "patch": {"type": "array", "items": {"type": "object"}, "description": "This rule's exact JSON Patch."},
+        "patchContains": {
+            "type": "array",
+            "items": {"type": "object"},
+            "description": "Operations this rule's JSON Patch contains, among others: each is matched by an "
+            "operation that contains it (fields, list items in any order), an add of a list or map counting as "
+            "the adds of its items (path/-) or entries, so the expectation survives other rules joining the pack.",
+        },
     },
 }
 TEST_SCHEMA: dict[str, Any] = {
@@ -260,11 +267,23 @@ TEST_SCHEMA: dict[str, Any] = {
                                         "type": "object",
                                         "description": "The object after every mutation (a subset by default).",
                                     },
-                                    "objectMatch": {"enum": ["subset", "exact"], "default": "subset"},
+                                    "objectMatch": {
+                                        "enum": ["subset", "exact", "contains"],
+                                        "default": "subset",
+                                        "description": "subset: the expected fields, lists item by item (same "
+                                        "length); exact: equal; contains: the expected fields, and each expected "
+                                        "list item contained in some item of the actual list (others may sit "
+                                        "beside it).",
+                                    },
                                     "patch": {
                                         "type": "array",
                                         "items": {"type": "object"},
                                         "description": "The exact JSON Patch of the whole pack.",
+                                    },
+                                    "patchContains": {
+                                        "type": "array",
+                                        "items": {"type": "object"},
+                                        "description": "Operations the pack's JSON Patch contains, among others.",
                                     },
                                 },
                             },
