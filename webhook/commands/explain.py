@@ -47,6 +47,7 @@ def register(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from webhook.audit.context import NamespaceContext
     from webhook.authoring.explain import console, explain
+    from webhook.engine import NO_NAMESPACE_CONTEXT
 
     if args.operation == "UPDATE" and not args.old:
         raise UsageError("--operation UPDATE needs --old FILE")
@@ -70,7 +71,22 @@ def run(args: argparse.Namespace) -> int:
     out = console(sys.stdout, args.color)
     for line in lines:
         out.print(line)
+    # the story says "not evaluated: no namespace context" rule by rule; one line says how to give it
+    unevaluated = [o.rule for o in decision.outcomes() if o.reason.startswith(NO_NAMESPACE_CONTEXT)]
+    if unevaluated:
+        count = f"{len(unevaluated)} rule{'s' if len(unevaluated) != 1 else ''}"
+        name = admission.namespace
+        print(
+            f"hint: {count} {NO_NAMESPACE_CONTEXT}: no Namespace object named {name!r} in the input; add it to "
+            f"{_name(args.file)} or pass --namespace-objects FILE (e.g. `kubectl get ns {name} -o yaml > ns.yaml`)",
+            file=sys.stderr,
+        )
     return EXIT_OK if decision.allowed else EXIT_FAILED
+
+
+def _name(path: str) -> str:
+    """A path as messages name it: stdin is `<stdin>`, as audit names it."""
+    return "<stdin>" if path == "-" else path
 
 
 def _check_namespace(obj: dict[str, Any] | None, namespace: str | None) -> None:
@@ -86,6 +102,7 @@ def _read(path: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
 
     from webhook.kubeyaml import Loader
 
+    name = _name(path)
     try:
         if path == "-":
             text = sys.stdin.read()
@@ -94,19 +111,19 @@ def _read(path: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
                 text = stream.read()
         documents = [d for d in yaml.load_all(text, Loader=Loader) if d is not None]
     except UnicodeDecodeError as error:
-        raise UsageError(f"{path}: not UTF-8 text (byte {error.start}): is it a binary file?") from None
+        raise UsageError(f"{name}: not UTF-8 text (byte {error.start}): is it a binary file?") from None
     except OSError as error:
-        raise UsageError(f"{path}: {error.strerror or error}") from None
+        raise UsageError(f"{name}: {error.strerror or error}") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
+        where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
         raise UsageError(f"{where}: invalid YAML: {getattr(error, 'problem', None) or error}") from None
     if not all(isinstance(d, dict) and d.get("kind") and d.get("apiVersion") for d in documents):
-        raise UsageError(f"{path}: every document must be a Kubernetes object (apiVersion and kind)")
+        raise UsageError(f"{name}: every document must be a Kubernetes object (apiVersion and kind)")
     if len(documents) == 1 and documents[0].get("kind") == "AdmissionReview":
         request = documents[0].get("request") or {}
         if isinstance(request.get("object"), dict):
-            raise UsageError(f"{path}: an AdmissionReview; explain reads the object (its request.object)")
+            raise UsageError(f"{name}: an AdmissionReview; explain reads the object (its request.object)")
     namespaces = {
         str(d["metadata"]["name"]): d
         for d in documents
@@ -114,5 +131,5 @@ def _read(path: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     }
     subjects = [d for d in documents if d.get("kind") != "Namespace"] or documents
     if len(subjects) != 1:
-        raise UsageError(f"{path}: expected one object (and optionally its Namespace), found {len(subjects)}")
+        raise UsageError(f"{name}: expected one object (and optionally its Namespace), found {len(subjects)}")
     return subjects[0], namespaces

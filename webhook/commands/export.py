@@ -2,8 +2,8 @@
 
 Writes a ValidatingAdmissionPolicy (+ binding) per validating rule and a
 MutatingAdmissionPolicy (+ binding) per mutating rule; every rule that cannot be exported
-gets one line on stderr saying why (it stays with the webhook). Exit 0 when the file is
-written, 2 on a usage or rule error.
+gets one line on stderr saying why (it stays with the webhook; with --table, its row says it).
+Exit 0 when the file is written, 2 on a usage or rule error.
 """
 
 from __future__ import annotations
@@ -71,10 +71,11 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot write {args.output}: {error}") from None
     else:
         sys.stdout.write(text)
-    for rule in result.rules:
+    # the table has a row per rule with its note or its reason: saying each again on stderr is noise
+    for rule in () if args.table else result.rules:
         if rule.note:
             print(f"gpu-webhook export: {rule.rule}: exported {rule.note}", file=sys.stderr)
-    for refusal in result.refused:
+    for refusal in () if args.table else result.refused:
         print(f"gpu-webhook export: {refusal}", file=sys.stderr)
     if result.release.map_note() and any(rule.mutating for rule in result.rules):
         print(f"gpu-webhook export: note: {result.release.map_note()}", file=sys.stderr)
