@@ -437,12 +437,10 @@ async def measure(
                                 for bound, count in delta.buckets.items():
                                     acc.buckets[bound] = acc.buckets.get(bound, 0.0) + count
             print(f"round {round_number + 1}/{args.rounds} done", flush=True)
-    return summarise(cells, configs, args)
+    return summarise(cells)
 
 
-def summarise(
-    cells: dict[tuple[str, str, int], dict[str, Any]], configs: list[str], args: argparse.Namespace
-) -> dict[str, Any]:
+def summarise(cells: dict[tuple[str, str, int], dict[str, Any]]) -> dict[str, Any]:
     rows = []
     for (config, kind, clients), cell in cells.items():
         lat = cell["latencies"]
