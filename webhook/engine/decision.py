@@ -133,7 +133,7 @@ class Decision:
         # One pass over the trace (every candidate rule, in order), then the few findings
         # (errors, violations) when there are any. A rule that passed or was skipped without
         # anything of its own (messages, patch) gets a shared outcome: they are immutable, and
-        # building ~30 of them per object was most of the cost of this summary offline.
+        # building one per rule for every audited object would be most of this summary's cost.
         order: dict[str, str | None] = {}  # rule -> the reason it did not match; None once it matched
         patches: dict[str, list[dict[str, Any]]] = {}
         for entry in self.trace:
