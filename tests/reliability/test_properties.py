@@ -315,15 +315,17 @@ def test_same_decision_through_engine_server_and_audit(cert_dir: Path, rules_dir
     # the audit door, run as a user runs it, on a file holding the same objects
     documents = [{**obj, "metadata": {**obj.get("metadata", {}), "namespace": "team-a"}} for obj in objects]
     manifest = tmp_path / "objects.yaml"
-    manifest.write_text(yaml.safe_dump_all(documents, sort_keys=False))  # keep key order: it orders the patch
+    # JSON documents (JSON is YAML): PyYAML writes `name: y` plain, which kubectl, and so the audit,
+    # reads as the boolean true (go-yaml v2); JSON keeps each value what it is, and the key order,
+    # which orders the patch
+    manifest.write_text("---\n".join(json.dumps(document) + "\n" for document in documents))
     output = io.StringIO()
     with contextlib.redirect_stdout(output):
         main(["audit", str(manifest), "--rules", str(rules_dir), "-o", "json"])
     rows = json.loads(output.getvalue())["objects"]
     assert len(rows) == len(documents)
     for obj, row in zip(documents, rows, strict=True):
-        # the audit's limits: no time budget offline, so a slow first compile on a loaded machine
-        # cannot turn a rule into an error in the reference alone
+        # the audit's limits: offline doors run without a time budget
         full = evaluate(RULESET, admission(obj), Phase.ALL, limits=AUDIT_LIMITS)
         assert row.get("patch", []) == full.patch, obj
         denied = {r["rule"] for r in row["rules"] if r["result"] == "fail"}
