@@ -230,7 +230,7 @@ def gate_variables(rule: Rule, targets: str, variable: str | None = "targets") -
     if any(not all(isinstance(part, str) for part in path) for path in rule.inputs):
         raise NotNative(
             f"reads {sorted(rule.inputs)}, a path through a list index, which export does not follow to tell "
-            "whether an UPDATE changed it: the webhook keeps the rule, or set spec.ratcheting: false to export it"
+            "whether an UPDATE changed it: the webhook keeps the rule, or give it spec.ratcheting: false to export it"
         )
     changed = [f"{_at('object', path)} != {_at('oldObject', path)}" for path in sorted(rule.inputs)]
     on_old = _replace_identifier(targets, "object", "oldObject")
@@ -391,7 +391,7 @@ class RuleExporter:
             unreachable = sorted(k.kind for k in kinds if not k.templates and not follows_templates(k.kind))
             raise NotNative(
                 f"on UPDATE the engine acts only when the pod templates of {', '.join(unreachable)} changed, and a "
-                "policy cannot follow them: the webhook keeps the rule, or set spec.ratcheting: false (or match "
+                "policy cannot follow them: the webhook keeps the rule, or give it spec.ratcheting: false (or match "
                 "CREATE only) to export it"
             )
         match = self._match(rule)
