@@ -13,22 +13,12 @@ import pytest
 import yaml
 
 from tests.authoring.conftest import RULES
+from tests.support import SITE_RULE
 from webhook.cli import main
 from webhook.commands import serve
 from webhook.commands.common import describe_rules
 from webhook.engine import RuleSet
 
-SITE_RULE = """\
-apiVersion: gpu-webhook.io/v1alpha1
-kind: GPUPolicy
-metadata: {name: site-team-label}
-spec:
-  action: Deny
-  match: {kinds: [Pod], operations: [CREATE]}
-  validate:
-    expression: "has(object.metadata.labels) && 'team' in object.metadata.labels"
-    message: every pod names its team
-"""
 # a GPU pod without a team label: the pack's gpu-toleration patches it, the site rule denies it
 POD: dict[str, Any] = {
     "apiVersion": "v1",

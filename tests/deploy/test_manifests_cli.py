@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.deploy.conftest import MANIFESTS, by_kind, one
-from tests.support import RULES
+from tests.support import RULES, SITE_RULE
 from webhook.cli import main
 from webhook.engine import RuleSet, rule_files
 from webhook.install.kustomize import build
@@ -17,17 +17,6 @@ from webhook.kubeyaml import plain_documents
 
 IMAGE = "reg.example/gpu-webhook@sha256:0123"
 WEBHOOKS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
-SITE_RULE = """\
-apiVersion: gpu-webhook.io/v1alpha1
-kind: GPUPolicy
-metadata: {name: site-team-label}
-spec:
-  action: Deny
-  match: {kinds: [Pod], operations: [CREATE]}
-  validate:
-    expression: "has(object.metadata.labels) && 'team' in object.metadata.labels"
-    message: every pod names its team
-"""
 
 
 @pytest.fixture(scope="module")

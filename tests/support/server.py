@@ -181,3 +181,17 @@ class StaticNamespaces:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Nothing to stop."""
+
+
+# A site's own rule beside the pack (a GPU pod without a team label: the pack patches it, this denies it)
+SITE_RULE = """\
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: site-team-label}
+spec:
+  action: Deny
+  match: {kinds: [Pod], operations: [CREATE]}
+  validate:
+    expression: "has(object.metadata.labels) && 'team' in object.metadata.labels"
+    message: every pod names its team
+"""
