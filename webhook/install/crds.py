@@ -1,0 +1,278 @@
+"""The CustomResourceDefinitions of the policy objects, generated from the engine's JSON Schemas.
+
+One schema per kind (webhook.engine.SCHEMAS, shipped as webhook/schemas/*.json) is what the loader
+checks a rule file and a policy object against; the CRD's openAPIV3Schema is derived from it here so
+that `kubectl explain` and the apiserver's own checks say the same. The apiserver demands a
+*structural* schema (apiextensions.k8s.io/v1; "Specifying a structural schema" in the CRD docs):
+every node typed, `properties` and `additionalProperties` never together, and `anyOf`/`oneOf`/`not`
+only as value checks without types inside. JSON Schema draft 2020-12 says more than that, so:
+
+- `const` becomes a one-value `enum`; a type is inferred for an `enum` without one;
+- `additionalProperties: false` is dropped (the apiserver prunes unknown fields, and kubectl's
+  default `--validate=strict` refuses them at apply);
+- a node whose alternatives differ in type (a kind given as a name or as an API mapping, a
+  mutation's arguments or `{fromParam}`) keeps what every alternative shares and
+  `x-kubernetes-preserve-unknown-fields`; `if`/`then`/`not` and `allOf` are left out;
+- `metadata` is `type: object` (the apiserver validates ObjectMeta itself).
+
+What the CRD cannot say is checked by the server's validating webhook for policy objects, with the
+same loader and lint (`policies.gpu-webhook.io`, webhook/policies/admission.py): a broken policy
+is refused at `kubectl apply` with the loader's field paths.
+
+`manifests/base/crds.yaml` is this module's output (`python -m webhook.install.crds >
+manifests/base/crds.yaml`; tests/deploy fails when it is stale).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.engine import API_VERSION, SCHEMAS
+
+GROUP, VERSION = API_VERSION.split("/")
+CATEGORY = "gpu-webhook"  # `kubectl get gpu-webhook` lists every policy object
+
+
+@dataclass(frozen=True)
+class PolicyResource:
+    """One kind of policy object: its names, scope and the printer columns of `kubectl get`."""
+
+    kind: str
+    plural: str
+    short_names: tuple[str, ...]
+    namespaced: bool
+    status: bool  # the server writes its status (conditions, byPod)
+    columns: tuple[tuple[str, str, str, str], ...]  # (name, type, jsonPath, description)
+
+    @property
+    def crd_name(self) -> str:
+        return f"{self.plural}.{GROUP}"
+
+    @property
+    def collection(self) -> str:
+        """The path that lists every object (all namespaces for a namespaced kind)."""
+        return f"/apis/{API_VERSION}/{self.plural}"
+
+
+_READY = ("Ready", "string", '.status.conditions[?(@.type=="Ready")].status', "Whether every replica runs it")
+_AGE = ("Age", "date", ".metadata.creationTimestamp", "")
+POLICY = PolicyResource(
+    "GPUPolicy",
+    "gpupolicies",
+    ("gpupol",),
+    namespaced=False,
+    status=True,
+    columns=(
+        ("Action", "string", ".spec.action", "Deny, Warn or Audit"),
+        ("FailurePolicy", "string", ".spec.failurePolicy", "Fail or Ignore when the rule cannot be evaluated"),
+        _READY,
+        _AGE,
+    ),
+)
+OVERLAY = PolicyResource(
+    "GPUPolicyOverlay",
+    "gpupolicyoverlays",
+    ("gpuovl",),
+    namespaced=False,
+    status=True,
+    columns=(("Rules", "string", ".spec.rules[*].name", "The rules it changes"), _READY, _AGE),
+)
+EXCEPTION = PolicyResource(
+    "GPUPolicyException",
+    "gpupolicyexceptions",
+    ("gpupolex",),
+    namespaced=True,
+    status=False,
+    columns=(
+        ("Rules", "string", ".spec.rules", "The rules it lets objects through"),
+        ("Expires", "string", ".spec.expires", "When it stops applying"),
+        ("Reason", "string", ".spec.reason", ""),
+        _AGE,
+    ),
+)
+RESOURCES = (POLICY, OVERLAY, EXCEPTION)
+BY_KIND = {resource.kind: resource for resource in RESOURCES}
+
+_DROPPED = frozenset({"$schema", "$id", "title", "if", "then", "else", "not", "allOf", "$comment", "examples"})
+_PRESERVE = "x-kubernetes-preserve-unknown-fields"
+_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
+
+
+def structural(node: Mapping[str, Any]) -> dict[str, Any]:
+    """A structural openAPIV3Schema node for one JSON Schema node (see the module docstring)."""
+    out: dict[str, Any] = {}
+    kind = node.get("type")
+    if isinstance(kind, list):  # ["object", "null"]: nullable
+        types = [t for t in kind if t != "null"]
+        kind = types[0] if len(types) == 1 else None
+        if "null" in node["type"]:
+            out["nullable"] = True
+    if "const" in node:
+        out["enum"] = [node["const"]]
+    if "enum" in node:
+        out["enum"] = list(node["enum"])
+    if kind is None and "enum" in out:
+        found = {_TYPES.get(type(value)) for value in out["enum"]}
+        kind = found.pop() if len(found) == 1 else None
+    alternatives = [b for key in ("anyOf", "oneOf") for b in node.get(key) or ()]
+    value_checks = all(set(b) <= {"required"} for b in alternatives)
+    if alternatives and not value_checks:
+        shared = {b.get("type") for b in alternatives}
+        if kind is None and len(shared) == 1 and isinstance(next(iter(shared)), str):
+            kind = shared.pop()
+        out[_PRESERVE] = True
+    elif alternatives:
+        for key in ("anyOf", "oneOf"):
+            if key in node:
+                out[key] = [dict(b) for b in node[key]]
+    for key in ("description", "pattern", "maxLength", "minLength", "minItems", "maxItems"):
+        if key in node:
+            out[key] = node[key]
+    for key in ("minProperties", "maxProperties"):
+        if key in node and kind == "object":
+            out[key] = node[key]
+    if node.get("format") == "date-time":
+        out["format"] = "date-time"
+    if kind is not None:
+        out["type"] = kind
+    if kind == "object":
+        properties = node.get("properties")
+        extra = node.get("additionalProperties")
+        if properties:
+            out["properties"] = {name: structural(child) for name, child in properties.items()}
+            required = [name for name in node.get("required") or () if name in properties]
+            if required:
+                out["required"] = required
+        elif isinstance(extra, Mapping):
+            out["additionalProperties"] = structural(extra)
+        else:
+            out[_PRESERVE] = True
+    elif kind == "array":
+        items = node.get("items")
+        out["items"] = structural(items) if isinstance(items, Mapping) else {_PRESERVE: True}
+    elif kind is None:
+        out[_PRESERVE] = True
+    out.pop("default", None)
+    return {key: value for key, value in out.items() if key not in _DROPPED}
+
+
+def _status_schema(resource: PolicyResource) -> dict[str, Any]:
+    """What the server writes (webhook/policies/status.py): the Ready condition and each replica's view."""
+    condition = {
+        "type": "object",
+        "required": ["type", "status"],
+        "properties": {
+            "type": {"type": "string"},
+            "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+            "observedGeneration": {"type": "integer", "format": "int64"},
+            "lastTransitionTime": {"type": "string", "format": "date-time"},
+            "reason": {"type": "string"},
+            "message": {"type": "string"},
+        },
+    }
+    replica = {
+        "type": "object",
+        "required": ["id"],
+        "properties": {
+            "id": {"type": "string", "description": "The server replica (its pod name)."},
+            "observedGeneration": {
+                "type": "integer",
+                "format": "int64",
+                "description": "The generation of this object the replica runs (absent: none).",
+            },
+            "ready": {"type": "boolean", "description": "The replica's last load included this generation."},
+            "message": {"type": "string"},
+        },
+    }
+    return {
+        "type": "object",
+        "description": f"Written by the gpu-webhook server replicas: whether the {resource.kind} is in effect.",
+        "properties": {
+            "observedGeneration": {"type": "integer", "format": "int64"},
+            "conditions": {
+                "type": "array",
+                "items": condition,
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["type"],
+            },
+            "byPod": {
+                "type": "array",
+                "items": replica,
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["id"],
+                "description": "One entry per server replica, as Gatekeeper's byPod.",
+            },
+        },
+    }
+
+
+def crd(resource: PolicyResource) -> dict[str, Any]:
+    schema = SCHEMAS[resource.kind]
+    spec = structural(schema["properties"]["spec"])
+    properties: dict[str, Any] = {
+        "apiVersion": {"type": "string"},
+        "kind": {"type": "string"},
+        "metadata": {"type": "object"},
+        "spec": spec,
+    }
+    version: dict[str, Any] = {"name": VERSION, "served": True, "storage": True}
+    if resource.status:
+        properties["status"] = _status_schema(resource)
+        version["subresources"] = {"status": {}}
+    root: dict[str, Any] = {"type": "object", "required": ["spec"], "properties": properties}
+    if "description" in schema:
+        root["description"] = schema["description"]
+    version["schema"] = {"openAPIV3Schema": root}
+    version["additionalPrinterColumns"] = [
+        {"name": name, "type": kind, "jsonPath": path, **({"description": text} if text else {})}
+        for name, kind, path, text in resource.columns
+    ]
+    singular = resource.kind.lower()
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": resource.crd_name, "labels": {"app.kubernetes.io/name": "gpu-webhook"}},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced" if resource.namespaced else "Cluster",
+            "names": {
+                "kind": resource.kind,
+                "listKind": f"{resource.kind}List",
+                "plural": resource.plural,
+                "singular": singular,
+                "shortNames": list(resource.short_names),
+                "categories": [CATEGORY],
+            },
+            "versions": [version],
+        },
+    }
+
+
+def crds() -> list[dict[str, Any]]:
+    return [crd(resource) for resource in RESOURCES]
+
+
+HEADER = """\
+# Generated from the engine's JSON Schemas by `python -m webhook.install.crds > manifests/base/crds.yaml`
+# (webhook/install/crds.py says how a JSON Schema becomes a structural openAPIV3Schema); tests/deploy
+# fails when it is stale. What a CRD schema cannot check, the server's `policies.gpu-webhook.io`
+# validating webhook checks with the loader and lint, so a broken policy is refused at apply.
+"""
+
+
+def base_yaml() -> str:
+    from webhook.install.registration import dump_yaml
+
+    return HEADER + dump_yaml(crds())
+
+
+def main() -> int:
+    sys.stdout.write(base_yaml())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
