@@ -78,7 +78,10 @@ def rule_files(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
 _SUITES = frozenset({TEST_KIND})
 
 
-def load_rules(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]) -> LoadResult:
+def load_rules(
+    paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], objects: Iterable[Document] = ()
+) -> LoadResult:
+    """The rule files under `paths`, and `objects` (policy objects read from a cluster) after them."""
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
     paths = list(paths)
@@ -93,6 +96,7 @@ def load_rules(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str])
             errors.append(LoadError(SourceLocation(file, error.line, error.column), f"invalid YAML: {error}"))
         except (OSError, UnicodeDecodeError) as error:
             errors.append(LoadError(SourceLocation(file, 1, 1), f"cannot read: {error}"))
+    documents.extend(objects)
     result = compile_documents(documents, errors)
     result.files = files
     return result
