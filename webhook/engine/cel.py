@@ -40,7 +40,8 @@ VARIABLES = (
     "deviceClaims",  # the target's DRA pod claims, resolved (resources.Accelerators.claim_summary)
 )
 # Values computed in Python for the target being evaluated, read by the rewritten helpers.
-TARGET_VARIABLES = ("targetGpuCount", "containerGpus", "quantities", "accelerators")
+# targetWholeGpuCount: targetGpuCount without MIG slices, time-sliced replicas, vGPUs and shares
+TARGET_VARIABLES = ("targetGpuCount", "targetWholeGpuCount", "containerGpus", "quantities", "accelerators")
 # cel-cpp's RuntimeOptions.comprehension_max_iterations, fixed by cel-expr-python (not settable from
 # Python): one evaluation of one expression may run 10,000 comprehension steps in all, nested and
 # sequential comprehensions counted together (measured: xs.all() fails at 10,000 items; two in a
@@ -318,7 +319,7 @@ def _runtime(accelerators: Accelerators) -> _Runtime:
             _RUNTIMES.clear()
         dyn = cel.Type.DYN
         variables = {name: dyn for name in (*VARIABLES, *TARGET_VARIABLES)}
-        variables["targetGpuCount"] = cel.Type.INT
+        variables["targetGpuCount"] = variables["targetWholeGpuCount"] = cel.Type.INT
         env = cel.NewEnv(
             variables=variables,
             extensions=[ext_strings.ExtStrings(), ext_bindings.ExtBindings()],

@@ -94,6 +94,7 @@ class WorkingCopy:
             facts.gpus, facts.claims = cached.gpus, cached.claims
             facts._container_gpus, facts._quantities = cached._container_gpus, cached._quantities
             facts._accelerated = cached._accelerated
+            facts._whole_gpus = cached._whole_gpus
         else:
             admission = self.admission
             facts.claims = [
@@ -146,6 +147,17 @@ class TargetFacts:
     _container_gpus: dict[str, int] | None = None
     _quantities: dict[str, float] | None = None
     _accelerated: bool | None = None
+    _whole_gpus: int | None = None
+
+    def whole_gpus(self, accelerators: Accelerators) -> int:
+        """Whole GPUs the target's pods ask for: gpus without MIG slices, time-sliced replicas, vGPUs and shares."""
+        if self._whole_gpus is None:
+            claims_per_spec = self.claims or [NO_CLAIMS] * len(self.pod_specs)
+            self._whole_gpus = sum(
+                accelerators.pod_count(spec, claims, whole_only=True)
+                for spec, claims in zip(self.pod_specs, claims_per_spec, strict=True)
+            )
+        return self._whole_gpus
 
     def accelerated(self) -> bool:
         """Whether the target asks for accelerators, as `gpu:` matching counts them (once per facts, not per rule).

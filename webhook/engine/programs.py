@@ -30,7 +30,16 @@ from .workloads import Target
 # Variables made from the target's facts (pod specs, containers, counts): an activation whose
 # expressions read none of them does not compute the facts.
 FACT_VARIABLES = frozenset(
-    {"podSpec", "podSpecs", "containers", "targetGpuCount", "deviceClaims", "containerGpus", "quantities"}
+    {
+        "podSpec",
+        "podSpecs",
+        "containers",
+        "targetGpuCount",
+        "targetWholeGpuCount",
+        "deviceClaims",
+        "containerGpus",
+        "quantities",
+    }
 )
 # Results kept per (expression, namespace version) before the table starts over (a rule set
 # has a few hundred such expressions at most; a cluster a few thousand namespaces)
@@ -302,6 +311,8 @@ class Programs:
             variables["containers"] = facts.containers
         if "targetGpuCount" in references:
             variables["targetGpuCount"] = facts.gpus
+        if "targetWholeGpuCount" in references:
+            variables["targetWholeGpuCount"] = facts.whole_gpus(self.ruleset.accelerators)
         if "deviceClaims" in references:
             variables["deviceClaims"] = [claim for claims in facts.claims for claim in claims.items]
         if "containerGpus" in references:

@@ -9,7 +9,12 @@ from typing import Any
 from .pointer import is_map
 from .quantity import MAX_EXPONENT, QuantityError, parse_quantity, quantity_of
 
-# Configuration, not code: a GPUWebhookConfig document in the rules directory replaces this list.
+# Configuration, not code: a GPUWebhookConfig document in the rules directory replaces these lists.
+# Resource names that hand a container accelerator devices, one device per unit: the NVIDIA device
+# plugin (whole GPUs, MIG slices under the mixed strategy, time-sliced replicas), AMD, Intel, Habana,
+# and Volcano's device plugins (volcano-sh/volcano pkg/scheduler/api: `volcano.sh/gpu-number`,
+# whole cards of GPU sharing; `volcano.sh/vgpu-number`, vGPUs). HAMi hands out its vGPUs as
+# `nvidia.com/gpu` (Project-HAMi/HAMi, docs: resourceCountName).
 DEFAULT_ACCELERATORS: tuple[str, ...] = (
     "nvidia.com/gpu",
     "nvidia.com/gpu.shared",
@@ -18,6 +23,22 @@ DEFAULT_ACCELERATORS: tuple[str, ...] = (
     "gpu.intel.com/i915",
     "gpu.intel.com/xe",
     "habana.ai/gaudi",
+    "volcano.sh/gpu-number",
+    "volcano.sh/vgpu-number",
+)
+# Resource names that give a container a share of a GPU's memory or compute, not devices: Volcano's
+# GPU sharing (`volcano.sh/gpu-memory`: a container asking for it alone gets part of one card) and
+# vGPU (`volcano.sh/vgpu-memory`, `-memory-percentage`, `-cores`), HAMi (`nvidia.com/gpumem`,
+# `-percentage`, `nvidia.com/gpucores`). A container with any of them has a GPU (it is never a CPU
+# container); alone, they count as one device (a share of one GPU), beside a device resource as nothing.
+DEFAULT_SHARE_RESOURCES: tuple[str, ...] = (
+    "volcano.sh/gpu-memory",
+    "volcano.sh/vgpu-memory",
+    "volcano.sh/vgpu-memory-percentage",
+    "volcano.sh/vgpu-cores",
+    "nvidia.com/gpumem",
+    "nvidia.com/gpumem-percentage",
+    "nvidia.com/gpucores",
 )
 # DeviceClasses of the DRA drivers that hand out accelerators: NVIDIA k8s-dra-driver-gpu
 # (gpu.nvidia.com, mig.nvidia.com, vfio.gpu.nvidia.com for passthrough), AMD's DRA driver
@@ -30,39 +51,105 @@ DEFAULT_DEVICE_CLASSES: tuple[str, ...] = (
     "gpu.amd.com",
     "gpu.intel.com",
 )
+# Devices that are a part of one GPU, not a whole GPU (what a ceiling counting whole GPUs leaves
+# out): MIG slices, time-sliced replicas and vGPUs, as resources and as the DRA classes of MIG devices.
+DEFAULT_SLICE_RESOURCES: tuple[str, ...] = ("nvidia.com/mig-*", "nvidia.com/gpu.shared", "volcano.sh/vgpu-number")
+DEFAULT_SLICE_DEVICE_CLASSES: tuple[str, ...] = ("mig.nvidia.com",)
+
+# DRA extended resources (KEP-5004, DRAExtendedResource, beta and on by default in 1.36): a container
+# may ask for `deviceclass.resource.kubernetes.io/<class>: N` and the scheduler makes a claim for N
+# devices of that DeviceClass (k8s.io/api core/v1 ResourceDeviceClassPrefix; kubernetes.io docs,
+# "Dynamic Resource Allocation", "Extended resource"). The name of every accelerator class counts as
+# an accelerator resource. A DeviceClass's own `spec.extendedResourceName` (any extended resource
+# name the admin picks) lives in the cluster: the admin who sets it lists it in acceleratorResources.
+DEVICE_CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
+
+
+def _split(patterns: Iterable[str]) -> tuple[frozenset[str], tuple[str, ...]]:
+    """Exact names and the prefixes of `prefix*` patterns."""
+    patterns = list(patterns)
+    return frozenset(p for p in patterns if not p.endswith("*")), tuple(p[:-1] for p in patterns if p.endswith("*"))
+
+
+def _matches(name: object, exact: frozenset[str], prefixes: tuple[str, ...]) -> bool:
+    return isinstance(name, str) and (name in exact or name.startswith(prefixes))
 
 
 @dataclass(frozen=True, slots=True)
 class Accelerators:
-    """Resource names that count as accelerators: exact names and `prefix*` patterns."""
+    """Resource names that count as accelerators: exact names and `prefix*` patterns.
+
+    `exact`/`prefixes` hold every accelerator resource name (what `isAccelerator` and the
+    registration's match condition test): the device resources, the share resources, and
+    `deviceclass.resource.kubernetes.io/<class>` for every accelerator DeviceClass. `shares` and
+    `slices` are subsets of them: share resources count no devices; slices are parts of one GPU.
+    """
 
     exact: frozenset[str]
     prefixes: tuple[str, ...]
     device_classes: frozenset[str] = frozenset(DEFAULT_DEVICE_CLASSES)
     device_class_prefixes: tuple[str, ...] = ()
+    share_exact: frozenset[str] = frozenset()
+    share_prefixes: tuple[str, ...] = ()
+    slice_exact: frozenset[str] = frozenset()
+    slice_prefixes: tuple[str, ...] = ()
+    slice_classes: frozenset[str] = frozenset()
+    slice_class_prefixes: tuple[str, ...] = ()
 
     @classmethod
     def from_patterns(
-        cls, patterns: Iterable[str], device_classes: Iterable[str] = DEFAULT_DEVICE_CLASSES
+        cls,
+        patterns: Iterable[str],
+        device_classes: Iterable[str] = DEFAULT_DEVICE_CLASSES,
+        *,
+        shares: Iterable[str] = DEFAULT_SHARE_RESOURCES,
+        slices: Iterable[str] = DEFAULT_SLICE_RESOURCES,
+        slice_classes: Iterable[str] = DEFAULT_SLICE_DEVICE_CLASSES,
     ) -> Accelerators:
-        patterns = list(patterns)
-        classes = list(device_classes)
+        classes, shares, slice_class_list = list(device_classes), list(shares), list(slice_classes)
+        share_exact, share_prefixes = _split(shares)
+        slice_exact, slice_prefixes = _split([*slices, *(DEVICE_CLASS_RESOURCE_PREFIX + c for c in slice_class_list)])
+        exact, prefixes = _split([*patterns, *shares, *(DEVICE_CLASS_RESOURCE_PREFIX + c for c in classes)])
+        class_exact, class_prefixes = _split(classes)
+        slice_class_exact, slice_class_prefixes = _split(slice_class_list)
         return cls(
-            exact=frozenset(p for p in patterns if not p.endswith("*")),
-            prefixes=tuple(p[:-1] for p in patterns if p.endswith("*")),
-            device_classes=frozenset(p for p in classes if not p.endswith("*")),
-            device_class_prefixes=tuple(p[:-1] for p in classes if p.endswith("*")),
+            exact=exact,
+            prefixes=prefixes,
+            device_classes=class_exact,
+            device_class_prefixes=class_prefixes,
+            share_exact=share_exact,
+            share_prefixes=share_prefixes,
+            slice_exact=slice_exact,
+            slice_prefixes=slice_prefixes,
+            slice_classes=slice_class_exact,
+            slice_class_prefixes=slice_class_prefixes,
         )
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and (name in self.exact or name.startswith(self.prefixes))
 
+    def is_share(self, name: object) -> bool:
+        """Whether a resource gives a share of a GPU's memory or compute rather than devices."""
+        return _matches(name, self.share_exact, self.share_prefixes)
+
+    def is_slice(self, name: object) -> bool:
+        """Whether a resource's devices are parts of one GPU (MIG slices, time-sliced replicas, vGPUs)."""
+        return _matches(name, self.slice_exact, self.slice_prefixes)
+
+    def is_slice_class(self, name: object) -> bool:
+        """Whether a DeviceClass hands out parts of one GPU (MIG devices)."""
+        return _matches(name, self.slice_classes, self.slice_class_prefixes)
+
     def is_accelerator_class(self, name: object) -> bool:
         """Whether a DRA DeviceClass hands out accelerators."""
         return isinstance(name, str) and (name in self.device_classes or name.startswith(self.device_class_prefixes))
 
-    def container_count(self, container: Mapping[str, Any]) -> int:
-        """Accelerators one container asks for; a limit alone counts as the request (pod templates)."""
+    def container_count(self, container: Mapping[str, Any], *, whole_only: bool = False) -> int:
+        """Accelerators one container asks for; a limit alone counts as the request (pod templates).
+
+        Share resources (GPU memory, cores) count as one device when the container asks for no
+        device resource, else as nothing. `whole_only` counts whole GPUs: slices and shares are left out.
+        """
         resources = container.get("resources")
         if not is_map(resources):
             return 0
@@ -72,15 +159,21 @@ class Accelerators:
         # each name once: its request, else its limit
         amounts = {**(limits if is_map(limits) else {}), **(asked if is_map(asked) else {})}
         total = 0
+        shared = False
         exact, prefixes = self.exact, self.prefixes
         for name, value in amounts.items():
             # `name in self`, inline: a pod's few resource names are counted on every request (and
             # once more for every object an audit reads)
             if name in exact or (isinstance(name, str) and name.startswith(prefixes)):
-                total += whole_quantity(value)
-        return total
+                if self.is_share(name):
+                    shared = shared or whole_quantity(value) > 0
+                elif not (whole_only and self.is_slice(name)):
+                    total += whole_quantity(value)
+        return 1 if total == 0 and shared and not whole_only else total
 
-    def pod_count(self, pod_spec: Mapping[str, Any] | None, claims: PodClaims | None = None) -> int:
+    def pod_count(
+        self, pod_spec: Mapping[str, Any] | None, claims: PodClaims | None = None, *, whole_only: bool = False
+    ) -> int:
         """Accelerators the scheduler reserves for a pod: its extended resources plus its DRA claims' devices.
 
         Extended resources as the scheduler sums them (k8s.io/component-helpers/resource
@@ -88,23 +181,24 @@ class Accelerators:
         needs its own request plus every restartable (sidecar) init container started before it;
         sidecars keep running beside the app containers; the pod needs the larger of the two.
         Devices of DRA claims are reserved for the pod's whole life, whichever container uses them.
+        `whole_only` counts whole GPUs only (container_count; claims' devices of slice classes left out).
         """
         if not is_map(pod_spec):
             return 0
         running = 0
         for container in _containers(pod_spec, "containers"):  # a loop, not sum(generator): half the calls
-            running += self.container_count(container)
+            running += self.container_count(container, whole_only=whole_only)
         sidecars = 0  # restartable init containers started so far
         largest_init = 0
         for init in _containers(pod_spec, "initContainers"):
-            count = self.container_count(init)
+            count = self.container_count(init, whole_only=whole_only)
             if init.get("restartPolicy") == "Always":  # a sidecar: starts, then runs beside the app
                 running += count
                 sidecars += count
                 largest_init = max(largest_init, sidecars)
             else:
                 largest_init = max(largest_init, count + sidecars)
-        devices = claims.devices if claims is not None else 0
+        devices = 0 if claims is None else claims.whole_devices if whole_only else claims.devices
         return max(running, largest_init) + devices
 
     def pod_claims(
@@ -157,6 +251,7 @@ class Accelerators:
             "deviceClasses": [],
             "accelerator": False,
             "devices": 0,
+            "wholeDevices": 0,  # devices of classes that are no slices (is_slice_class)
             "requests": {},
         }
         if not isinstance(spec, Mapping):
@@ -174,15 +269,18 @@ class Accelerators:
             else:
                 exact = request.get("exactly")
                 options = [exact if isinstance(exact, Mapping) else request]  # v1 / v1beta1 shape
-            count = 0
+            count = whole = 0
             for option in options:
                 device_class = option.get("deviceClassName")
                 if isinstance(device_class, str):
                     classes.append(device_class)
                 if self.is_accelerator_class(device_class):
                     count = max(count, _device_count(option))
+                    if not self.is_slice_class(device_class):
+                        whole = max(whole, _device_count(option))
             summary["requests"][str(request.get("name", ""))] = count
             summary["devices"] += count
+            summary["wholeDevices"] += whole
         summary["deviceClasses"] = sorted(set(classes))
         summary["accelerator"] = any(self.is_accelerator_class(c) for c in classes)
         return summary
@@ -235,6 +333,10 @@ class PodClaims:
     @property
     def devices(self) -> int:
         return sum(c["devices"] for c in self.items)
+
+    @property
+    def whole_devices(self) -> int:
+        return sum(c["wholeDevices"] for c in self.items)
 
     @property
     def unresolved(self) -> bool:
