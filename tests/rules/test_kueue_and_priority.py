@@ -41,7 +41,8 @@ class TestQueueName:
         rules = load_rules(tmp_path).ruleset
         decision = run(rules, example("jobset-llm-pretrain.yaml"), namespace("ml-research"))
         assert decision.patch == [
-            {"op": "add", "path": "/metadata/labels", "value": {"kueue.x-k8s.io/queue-name": "fallback"}}
+            {"op": "add", "path": "/metadata/labels", "value": {"kueue.x-k8s.io/queue-name": "fallback"}},
+            {"op": "add", "path": "/spec/suspend", "value": True},  # JobSet.Suspend() in Kueue
         ]
 
     def test_existing_label_is_kept(self, rule_pack):

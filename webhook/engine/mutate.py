@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Protocol
 
 from .cel import CompiledExpression
 from .patch import Patcher
-from .pointer import Path, is_map
+from .pointer import Path, get_path, is_map
 from .resources import Accelerators
 from .workloads import Target
 
@@ -444,8 +444,9 @@ class Merge(_NoCel):
 class SetQueueName:
     """Kueue's queue label on the job object, only at CREATE (Kueue makes it immutable while running).
 
-    A batch/v1 Job also gets `spec.suspend: true`: Kueue's own webhook may already have
-    run and seen no label, and an unsuspended Job would start without admission.
+    A job kind with a suspend field also gets it set to true (SUSPEND_FIELDS): Kueue's own webhook
+    may already have run and seen no label (it suspends only jobs with a queue), and an unsuspended
+    job would start without admission.
     """
 
     name: ClassVar[str] = "setQueueName"
@@ -479,13 +480,27 @@ class SetQueueName:
             raise MutationError(f"queue name {queue!r} is not a valid label value: {len(queue)} characters, at most 63")
         ctx.patcher.set((*ctx.target.metadata, "labels", QUEUE_LABEL), queue)
         root = ctx.patcher.get(ctx.target.root)
-        if (
-            isinstance(root, Mapping)
-            and root.get("kind") == "Job"
-            and root.get("apiVersion") == "batch/v1"
-            and (root.get("spec") or {}).get("suspend") is not True
-        ):
-            ctx.patcher.set((*ctx.target.root, "spec", "suspend"), True)
+        if not isinstance(root, Mapping):
+            return
+        group = str(root.get("apiVersion", "")).rpartition("/")[0]
+        field = SUSPEND_FIELDS.get((group, str(root.get("kind"))))
+        if field is not None and get_path(root, field) is not True:
+            ctx.patcher.set((*ctx.target.root, *field), True)
+
+
+# Where each Kueue job framework keeps its suspend flag: what its GenericJob.Suspend() sets
+# (kubernetes-sigs/kueue pkg/controller/jobs/<framework>/*_controller.go). Deployments,
+# StatefulSets, LeaderWorkerSets and Pods have none: Kueue gates their pods instead.
+SUSPEND_FIELDS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("batch", "Job"): ("spec", "suspend"),
+    ("jobset.x-k8s.io", "JobSet"): ("spec", "suspend"),
+    ("ray.io", "RayJob"): ("spec", "suspend"),
+    ("ray.io", "RayCluster"): ("spec", "suspend"),
+    ("ray.io", "RayService"): ("spec", "rayClusterConfig", "suspend"),  # its Go field RayClusterSpec
+    ("kubeflow.org", "MPIJob"): ("spec", "runPolicy", "suspend"),
+    ("trainer.kubeflow.org", "TrainJob"): ("spec", "suspend"),
+    ("workload.codeflare.dev", "AppWrapper"): ("spec", "suspend"),
+}
 
 
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
