@@ -13,10 +13,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from webhook.engine import CONFIG_KIND, POLICY_KIND, SCHEMAS, TEST_KIND
+from webhook.engine import CONFIG_KIND, EXCEPTION_KIND, OVERLAY_KIND, POLICY_KIND, SCHEMAS, TEST_KIND
 
 SHIPPED = Path(__file__).resolve().parents[1] / "schemas"
-FILES = {POLICY_KIND: "gpupolicy.json", TEST_KIND: "gpupolicytest.json", CONFIG_KIND: "gpuwebhookconfig.json"}
+FILES = {
+    POLICY_KIND: "gpupolicy.json",
+    TEST_KIND: "gpupolicytest.json",
+    CONFIG_KIND: "gpuwebhookconfig.json",
+    OVERLAY_KIND: "gpupolicyoverlay.json",
+    EXCEPTION_KIND: "gpupolicyexception.json",
+}
 
 
 def render(kind: str) -> str:

@@ -1,4 +1,4 @@
-"""`gpu-webhook schema [--out DIR]`: the JSON Schemas of rule, test and site configuration files, for editors."""
+"""`gpu-webhook schema [--out DIR]`: the JSON Schemas of rule, test, site configuration, overlay and exception files, for editors."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from webhook.commands.common import EXIT_OK, UsageError
 
 # the keys of webhook.authoring.schemas.FILES, in its order (that module imports the engine's schemas)
-KINDS = ("GPUPolicy", "GPUPolicyTest", "GPUWebhookConfig")
+KINDS = ("GPUPolicy", "GPUPolicyTest", "GPUWebhookConfig", "GPUPolicyOverlay", "GPUPolicyException")
 
 
 def register(commands: Any) -> None:

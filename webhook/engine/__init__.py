@@ -10,7 +10,8 @@ kube, commands, cli; bench) import from `webhook.engine` only, never from its mo
 in), request.py (what a door hands evaluate), decision.py (what comes out), evaluate.py (the
 run), matching.py, facts.py (the working copy), programs.py (how the CEL runs), projection.py,
 limits.py, ratcheting.py (ratcheting's fields), loader.py, ruleset.py, schema.py, workloads.py (the
-kind table), mutate.py (the mutation registry), patch.py, pointer.py, resources.py, quantity.py,
+kind table), overlays.py (site overlays on the rule documents), exceptions.py (GPUPolicyException),
+mutate.py (the mutation registry), patch.py, pointer.py, resources.py, quantity.py,
 cel.py, celsyntax.py, celhelpers.py.
 """
 
@@ -28,7 +29,8 @@ from .decision import (
     shared_outcome,
 )
 from .evaluate import evaluate
-from .loader import LoadResult, RuleLoadError, compile_documents, load_rules, rule_files
+from .exceptions import EXCEPTION_VALIDATOR, PolicyException, exception_problems, parse_exception, unknown_rules
+from .loader import LoadResult, compile_documents, load_rules, rule_files
 from .mutate import (
     DNS_SUBDOMAIN,
     LABEL_VALUE,
@@ -41,8 +43,9 @@ from .mutate import (
     SetQueueName,
     mutation_name,
 )
+from .overlays import OVERLAID_BY, apply_overlays
 from .pointer import is_map
-from .policy import Action, KindApi, LabelSelector, LoadError, Rule, SourceLocation
+from .policy import Action, KindApi, LabelSelector, LoadError, Rule, RuleLoadError, SourceLocation
 from .quantity import QuantityError, parse_quantity, quantity_of
 from .ratcheting import top_level
 from .request import (
@@ -57,7 +60,19 @@ from .request import (
 )
 from .resources import Accelerators
 from .ruleset import RuleSet, indexed_kinds
-from .schema import API_VERSION, CONFIG_KIND, POLICY_KIND, POLICY_SCHEMA, SCHEMAS, TEST_KIND, TEST_SCHEMA
+from .schema import (
+    API_VERSION,
+    CONFIG_KIND,
+    EXCEPTION_KIND,
+    EXCEPTION_SCHEMA,
+    OVERLAY_KIND,
+    OVERLAY_SCHEMA,
+    POLICY_KIND,
+    POLICY_SCHEMA,
+    SCHEMAS,
+    TEST_KIND,
+    TEST_SCHEMA,
+)
 from .workloads import BY_KIND, KINDS, UNMUTATED_KINDS, WORKLOAD_KINDS, WORKLOADS, WorkloadKind
 
 # evaluate, and what a door hands it: the admission (AdmissionInput.offline for doors without an
@@ -102,6 +117,17 @@ __all__ += [
     "rule_files",
     "top_level",
 ]
+# site overlays on the pack (applied by the loader before compiling) and exceptions (applied per
+# request: RuleSet.exceptions from files, AdmissionInput/ClusterContext.exceptions from the cluster)
+__all__ += [
+    "EXCEPTION_VALIDATOR",
+    "OVERLAID_BY",
+    "PolicyException",
+    "apply_overlays",
+    "exception_problems",
+    "parse_exception",
+    "unknown_rules",
+]
 # the kind table: workload kinds, their API and pod templates (autogen, audit, export, registration)
 __all__ += [
     "BY_KIND",
@@ -116,6 +142,10 @@ __all__ += [
 __all__ += [
     "API_VERSION",
     "CONFIG_KIND",
+    "EXCEPTION_KIND",
+    "EXCEPTION_SCHEMA",
+    "OVERLAY_KIND",
+    "OVERLAY_SCHEMA",
     "POLICY_KIND",
     "POLICY_SCHEMA",
     "SCHEMAS",

@@ -49,6 +49,7 @@ class Result(StrEnum):
     ERROR = "error"  # the rule could not be evaluated; `blocks` says whether failurePolicy denied
     WARN = "warn"
     AUDIT = "audit"
+    EXCEPTED = "excepted"  # matched, and a GPUPolicyException let the object through (`reason` says which)
     # matched, and validated or mutated without complaint (B105: a result's name, not a password)
     PASS = "pass"  # nosec B105
     SKIP = "skip"  # did not match, or was not evaluated (`reason` says which)
@@ -98,7 +99,7 @@ class RuleTrace:
     target: str
     matched: bool
     reason: str = ""  # the match clause that failed, when not matched
-    result: str = "skip"  # pass | fail | error | skip | mutated
+    result: str = "skip"  # pass | fail | error | skip | mutated | excepted
     message: str = ""
     patch: list[dict[str, Any]] = field(default_factory=list)
 
@@ -117,6 +118,10 @@ class Decision:
     # resolved DRA claims' devices, the scheduler's arithmetic, summed over its pod specs
     # (resources.Accelerators.pod_count). Audit counts GPUs with it; counted once, by the engine.
     accelerators: int = 0
+    # rules a GPUPolicyException let through: rule -> "excepted by <namespace>/<name>: <reason>"
+    excepted: dict[str, str] = field(default_factory=dict)
+    # (namespace/name of the exception, rule), once per rule: what the server counts
+    exceptions_used: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def denial_message(self) -> str:
@@ -126,7 +131,8 @@ class Decision:
         """One outcome per rule the engine considered, in rule order: THE summary of a decision.
 
         With `trace=True` (offline doors) every candidate rule appears, passes and skips included;
-        without a trace (the server's hot path) only rules that failed, warned, audited or errored.
+        without a trace (the server's hot path) only rules that failed, warned, audited, errored or
+        were excepted (an excepted rule is `excepted` with the exception in its reason).
         An error is an error: a rule that could not be evaluated is `error` (with `blocks` when its
         failurePolicy denied), never a failure plus an error.
         """
@@ -148,10 +154,15 @@ class Decision:
                         found.extend(entry.patch)
             elif order.get(rule, "") == "":  # not matched so far and no reason yet
                 order[rule] = entry.reason
+        for rule in self.excepted:
+            order.setdefault(rule, None)  # without a trace, an excepted rule is still reported
         findings = self._findings(order) if self.errors or self.violations or self.warnings or self.audits else None
         shared = _SHARED.get  # the lookup shared_outcome makes, inline: this loop runs for every rule
+        excepted = self.excepted
         summary = [
-            _quiet(rule, None, patches[rule])
+            shared_outcome(rule, Result.EXCEPTED, excepted[rule])
+            if excepted and rule in excepted
+            else _quiet(rule, None, patches[rule])
             if rule in patches
             else shared(key := (rule, _PASS, "") if reason is None else (rule, _SKIP, reason)) or shared_outcome(*key)
             for rule, reason in order.items()
@@ -162,7 +173,7 @@ class Decision:
         results, messages, blocks, relaxed = findings
         for index, rule in enumerate(order):
             result = results.get(rule)
-            if result is None:
+            if result is None or rule in excepted:
                 continue
             said = messages.get(rule)
             if said is None and rule not in blocks and rule not in relaxed:

@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from .decision import Decision, EvaluationError, RuleError, RuleTrace, Violation
+from .exceptions import PolicyException, excepting
 from .facts import WorkingCopy, object_accelerators
 from .limits import Budget
 from .matching import REFUSED_FOR_CONTEXT, after_gate, gate, mismatch
@@ -59,6 +60,9 @@ def evaluate(
         return decision
     projection = projection_for(ruleset, candidates, phase)  # with the phase's rules, listed once per rule set
     run = _Run(ruleset, admission, decision, mode, trace, limits, projection)
+    if ruleset.exceptions or admission.exceptions:
+        exceptions = (*ruleset.exceptions, *admission.exceptions)
+        run.excepting = excepting(exceptions, kind, subject, admission.namespace, admission.now)
     if admission.object is not None and kind not in UNMUTATED_KINDS:
         for rule in projection.mutating:
             run.mutate(rule)
@@ -96,6 +100,8 @@ class _Run:
         self.programs = Programs(ruleset, admission, projection, Budget(limits, admission.json_commas), self.copy)
         self._refused_for_context: set[tuple[str, str]] = set()
         self._old_run: _Run | None = None  # the same rules on oldObject, for ratcheting (UPDATE)
+        # rule name -> the GPUPolicyException that lets this object through it (exceptions.excepting)
+        self.excepting: dict[str, PolicyException] = {}
         # Without a trace nobody reads the entries: one scratch entry takes what every rule writes
         self._scratch = RuleTrace(rule="", target="", matched=True)
 
@@ -133,7 +139,10 @@ class _Run:
         run as one CEL program per target (programs.Programs.fuse_validations)."""
         copy = self.copy
         checked = [(rule, target, gate(copy, rule, target)) for rule in rules for target in copy.targets(rule)]
-        self.programs.fuse_validations([(rule, target) for rule, target, reason in checked if reason is None])
+        fused = [(rule, target) for rule, target, reason in checked if reason is None]
+        if self.excepting:
+            fused = [(rule, target) for rule, target in fused if self._exception(rule) is None]
+        self.programs.fuse_validations(fused)
         for rule, target, reason in checked:
             self.validate(rule, target, reason)
 
@@ -204,6 +213,11 @@ class _Run:
 
         `gated`: the caller asked matching.gate already, and it answered `reason`.
         """
+        if self.excepting:
+            exception = self._exception(rule)
+            if exception is not None:
+                self._except(rule, target, exception, gated, reason)
+                return None
         try:
             if gated:
                 reason = after_gate(self.programs, rule, target, reason)
@@ -221,6 +235,31 @@ class _Run:
             reason = INPUTS_UNCHANGED
         entry = self._entry(rule, target, reason)
         return entry if reason is None else None
+
+    def _exception(self, rule: Rule) -> PolicyException | None:
+        return self.excepting.get(rule.name) if rule.exceptable else None
+
+    def _except(self, rule: Rule, target: Target, exception: PolicyException, gated: bool, reason: str | None) -> None:
+        """`_match` for a rule an exception covers: traced `excepted` when it matches (a condition that
+        errs, or a missing namespace under onMissingContext: Deny, count as matching), never run."""
+        try:
+            reason = (
+                after_gate(self.programs, rule, target, reason)
+                if gated
+                else mismatch(self.copy, self.programs, rule, target)
+            )
+        except RuleError:
+            reason = None
+        if reason is not None and reason != REFUSED_FOR_CONTEXT:
+            self._entry(rule, target, reason)
+            return None
+        entry = self._entry(rule, target, None)
+        entry.result = "excepted"
+        entry.message = exception.verdict
+        if rule.name not in self.decision.excepted:
+            self.decision.excepted[rule.name] = exception.verdict
+            self.decision.exceptions_used.append((exception.key, rule.name))
+        return None
 
     def _inputs_unchanged(self, rule: Rule, target: Target) -> bool:
         """An UPDATE that changed nothing the rule reads or writes on this target (ratcheting.py): it does not act."""

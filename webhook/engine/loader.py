@@ -19,12 +19,26 @@ from jsonschema import Draft202012Validator
 from webhook.kubeyaml import Document, YamlError, load_documents
 
 from .cel import CelCompileError, CelEnvironment, CompiledExpression
+from .exceptions import EXCEPTION_VALIDATOR, PolicyException, parse_exception, unknown_rules
 from .mutate import MUTATIONS, Mutation, build_mutation
-from .policy import Action, KindApi, LabelSelector, LoadError, Match, Rule, SourceLocation, Validation
+from .overlays import apply_overlays
+from .policy import Action, KindApi, LoadError, Match, Rule, RuleLoadError, SourceLocation, Validation
 from .ratcheting import rule_inputs
 from .resources import DEFAULT_ACCELERATORS, DEFAULT_DEVICE_CLASSES, Accelerators
 from .ruleset import RuleSet
-from .schema import API_VERSION, CONFIG_KIND, CONFIG_SCHEMA, POLICY_KIND, POLICY_SCHEMA, TEST_KIND
+from .schema import (
+    API_VERSION,
+    CONFIG_KIND,
+    CONFIG_SCHEMA,
+    EXCEPTION_KIND,
+    OVERLAY_KIND,
+    OVERLAY_SCHEMA,
+    POLICY_KIND,
+    POLICY_SCHEMA,
+    TEST_KIND,
+    dotted,
+    selector_of,
+)
 
 RULE_SUFFIXES = (".yaml", ".yml")
 # what each kind of expression must give; DYN (unknown until run time) is accepted everywhere
@@ -36,6 +50,7 @@ RESULT_TYPES: dict[str, tuple[str, ...]] = {
 }
 _POLICY_VALIDATOR = Draft202012Validator(POLICY_SCHEMA)
 _CONFIG_VALIDATOR = Draft202012Validator(CONFIG_SCHEMA)
+_OVERLAY_VALIDATOR = Draft202012Validator(OVERLAY_SCHEMA)
 
 
 @dataclass(slots=True)
@@ -43,6 +58,8 @@ class LoadResult:
     ruleset: RuleSet | None
     errors: list[LoadError] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    # the GPUPolicyExceptions among the documents (also in ruleset.exceptions when it was built)
+    exceptions: tuple[PolicyException, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -53,12 +70,6 @@ class LoadResult:
         if self.ruleset is None:
             raise RuleLoadError(self.errors)
         return self.ruleset
-
-
-class RuleLoadError(ValueError):
-    def __init__(self, errors: list[LoadError]) -> None:
-        super().__init__("\n".join(str(error) for error in errors))
-        self.errors = errors
 
 
 def rule_files(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
@@ -103,8 +114,15 @@ def load_rules(
 
 
 def compile_documents(documents: list[Document], errors: list[LoadError] | None = None) -> LoadResult:
+    """GPUPolicy, GPUPolicyOverlay, GPUPolicyException and GPUWebhookConfig documents -> a LoadResult.
+
+    Overlays rewrite the GPUPolicy documents before they are compiled (overlays.py), so whatever
+    reads the RuleSet sees the site's rules; exceptions must name rules that exist and accept them."""
     errors = errors if errors is not None else []
     policies: list[Document] = []
+    overlays: list[Document] = []
+    exception_documents: list[Document] = []
+    sorted_into = {POLICY_KIND: policies, OVERLAY_KIND: overlays, EXCEPTION_KIND: exception_documents}
     accelerators = list(DEFAULT_ACCELERATORS)
     device_classes = list(DEFAULT_DEVICE_CLASSES)
     for document in documents:
@@ -126,24 +144,35 @@ def compile_documents(documents: list[Document], errors: list[LoadError] | None 
                 accelerators = list(config.get("acceleratorResources", accelerators))
                 device_classes = list(config.get("acceleratorDeviceClasses", device_classes))
             continue
-        if kind != POLICY_KIND or data.get("apiVersion") != API_VERSION:
-            errors.append(
-                LoadError(
-                    where,
-                    f"unknown document {data.get('apiVersion')}/{kind}: expected {API_VERSION} "
-                    f"{POLICY_KIND}, {CONFIG_KIND} or {TEST_KIND}",
-                )
-            )
+        if kind in sorted_into and data.get("apiVersion") == API_VERSION:
+            sorted_into[kind].append(document)
             continue
-        policies.append(document)
+        errors.append(
+            LoadError(
+                where,
+                f"unknown document {data.get('apiVersion')}/{kind}: expected {API_VERSION} "
+                f"{POLICY_KIND}, {OVERLAY_KIND}, {EXCEPTION_KIND}, {CONFIG_KIND} or {TEST_KIND}",
+            )
+        )
+
+    valid: list[Document] = []
+    named: dict[str, bool] = {}  # every rule name written, -> whether it accepts exceptions
+    for document in policies:
+        name = _rule_name(document.data)
+        if name is not None:
+            named.setdefault(name, True)
+        if _schema_errors(document, _POLICY_VALIDATOR, errors, name):
+            valid.append(document)
+    overlays = [d for d in overlays if _schema_errors(d, _OVERLAY_VALIDATOR, errors, None)]
+    if overlays:
+        valid = apply_overlays(valid, overlays, errors, known=frozenset(named))
+    for document in valid:
+        named[document.data["metadata"]["name"]] = document.data["spec"].get("exceptable", True)
 
     env = CelEnvironment(Accelerators.from_patterns(accelerators, device_classes))
     rules: list[Rule] = []
     seen: dict[str, SourceLocation] = {}
-    for document in policies:
-        name = _rule_name(document.data)
-        if not _schema_errors(document, _POLICY_VALIDATOR, errors, name):
-            continue
+    for document in valid:
         rule = _compile_rule(document, env, errors)
         if rule is None:
             continue
@@ -154,9 +183,41 @@ def compile_documents(documents: list[Document], errors: list[LoadError] | None 
             continue
         seen[rule.name] = rule.source
         rules.append(rule)
+    exceptions = _exceptions(exception_documents, named, errors)
     if errors:
-        return LoadResult(ruleset=None, errors=errors)
-    return LoadResult(ruleset=RuleSet.build(rules, env))
+        return LoadResult(ruleset=None, errors=errors, exceptions=exceptions)
+    return LoadResult(ruleset=RuleSet.build(rules, env, exceptions), exceptions=exceptions)
+
+
+def _exceptions(
+    documents: list[Document], rules: Mapping[str, bool], errors: list[LoadError]
+) -> tuple[PolicyException, ...]:
+    """The exception documents, parsed; each must name rules that exist and accept exceptions."""
+    found: list[PolicyException] = []
+    seen: dict[str, SourceLocation] = {}
+    for document in documents:
+        if not _schema_errors(document, EXCEPTION_VALIDATOR, errors, None):
+            continue
+        try:
+            exception = parse_exception(document)
+        except RuleLoadError as error:
+            errors.extend(error.errors)
+            continue
+        where = exception.source or _location(document, ())
+        if exception.key in seen:
+            errors.append(
+                LoadError(where, f"{EXCEPTION_KIND} {exception.key}: duplicate name (first at {seen[exception.key]})")
+            )
+            continue
+        seen[exception.key] = where
+        problems = unknown_rules(exception, rules)
+        for problem in problems:
+            errors.append(
+                LoadError(_location(document, ("spec", "rules")), f"{EXCEPTION_KIND} {exception.key}: {problem}")
+            )
+        if not problems:
+            found.append(exception)
+    return tuple(found)
 
 
 def _rule_name(data: Mapping[str, Any]) -> str | None:
@@ -193,10 +254,10 @@ def _explain(document: Document, error: Any, rule: str | None) -> Iterator[LoadE
             hint = difflib.get_close_matches(str(extra), allowed, n=1)
             suffix = f" (did you mean {hint[0]!r}?)" if hint else f" (allowed: {', '.join(allowed)})"
             where = _location(document, (*path, extra), key=True)
-            yield LoadError(where, f"unknown field {_dotted((*path, extra))!r}{suffix}", rule)
+            yield LoadError(where, f"unknown field {dotted((*path, extra))!r}{suffix}", rule)
         return
     where = _location(document, path)
-    field_name = _dotted(path) or "document"
+    field_name = dotted(path) or "document"
     if error.validator == "enum":
         choices = ", ".join(str(c) for c in error.validator_value)
         yield LoadError(where, f"{field_name}: {error.instance!r} is not one of: {choices}", rule)
@@ -231,13 +292,6 @@ def _explain(document: Document, error: Any, rule: str | None) -> Iterator[LoadE
         yield LoadError(where, f"{field_name}: {error.message}", rule)
 
 
-def _dotted(path: Iterable[Any]) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
 def _compile_rule(document: Document, env: CelEnvironment, errors: list[LoadError]) -> Rule | None:
     data = document.data
     spec = data["spec"]
@@ -259,7 +313,7 @@ def _compile_rule(document: Document, env: CelEnvironment, errors: list[LoadErro
             compiled = compile_cel(node)
         except CelCompileError as error:
             where = _text_location(document, path, node, error.line, error.column)
-            errors.append(LoadError(where, f"{_dotted(path)}: CEL: {error}", name))
+            errors.append(LoadError(where, f"{dotted(path)}: CEL: {error}", name))
             return None
         expected = RESULT_TYPES[path[-1]]
         if compiled.result_type not in expected:
@@ -267,7 +321,7 @@ def _compile_rule(document: Document, env: CelEnvironment, errors: list[LoadErro
             errors.append(
                 LoadError(
                     _location(document, path),
-                    f"{_dotted(path)}: CEL type error: the expression gives {compiled.result_type}, "
+                    f"{dotted(path)}: CEL type error: the expression gives {compiled.result_type}, "
                     f"expected {' or '.join(t for t in expected if t != 'DYN')}",
                     name,
                 )
@@ -288,8 +342,8 @@ def _compile_rule(document: Document, env: CelEnvironment, errors: list[LoadErro
         operations=frozenset(("CREATE", "UPDATE", "DELETE", "CONNECT") if "*" in operations else operations),
         namespaces_include=frozenset(namespaces["include"]) if "include" in namespaces else None,
         namespaces_exclude=frozenset(namespaces.get("exclude", ())),
-        namespace_selector=_selector(match_spec.get("namespaceSelector")),
-        object_selector=_selector(match_spec.get("objectSelector")),
+        namespace_selector=selector_of(match_spec.get("namespaceSelector")),
+        object_selector=selector_of(match_spec.get("objectSelector")),
         gpu=match_spec.get("gpu"),
         condition=expression(("spec", "match", "condition")),
     )
@@ -356,6 +410,7 @@ def _compile_rule(document: Document, env: CelEnvironment, errors: list[LoadErro
         params=spec.get("params") or {},
         autogen=spec.get("autogen", True),
         ratcheting=spec.get("ratcheting", True),
+        exceptable=spec.get("exceptable", True),
         failure_policy=spec.get("failurePolicy", "Fail"),
         on_missing_context=spec.get("onMissingContext", "Allow"),
         needs_namespace=needs_namespace,
@@ -381,14 +436,3 @@ def _param_name(operation: Mapping[str, Any]) -> str:
 def _mutation_expressions(mutation: Mutation) -> list[CompiledExpression]:
     """The CEL a mutation holds, as it declares it."""
     return list(mutation.cel())
-
-
-def _selector(spec: Mapping[str, Any] | None) -> LabelSelector | None:
-    if not spec:
-        return None
-    return LabelSelector(
-        match_labels=tuple((spec.get("matchLabels") or {}).items()),
-        match_expressions=tuple(
-            (e["key"], e["operator"], frozenset(e.get("values") or ())) for e in spec.get("matchExpressions") or ()
-        ),
-    )

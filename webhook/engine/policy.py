@@ -105,6 +105,7 @@ class Rule:
     # On UPDATE a Deny denies only messages the old object did not already produce, and no rule acts
     # on a target whose inputs the update left unchanged (evaluate.py, ratcheting.py)
     ratcheting: bool = True
+    exceptable: bool = True  # false: no GPUPolicyException applies to it (exceptions.py)
     # The object fields it reads or writes (ratcheting.py). None: any change counts (the whole object is
     # read, or the rule was not built by the loader)
     inputs: frozenset[tuple[str, ...]] | None = None
@@ -122,3 +123,11 @@ class LoadError:
         prefix = f"rule {self.rule}: " if self.rule else ""
         return f"{self.location}: {prefix}{self.message}"
 
+
+
+class RuleLoadError(ValueError):
+    """Rules (or exceptions) that could not be loaded: every problem, one `file:line:column: ...` per line."""
+
+    def __init__(self, errors: list[LoadError]) -> None:
+        super().__init__("\n".join(str(error) for error in errors))
+        self.errors = errors

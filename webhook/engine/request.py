@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
+from .exceptions import PolicyException
 from .pointer import is_map
 
 
@@ -84,6 +86,11 @@ class AdmissionInput:
     # known: every collection in them has at most this many items plus one, so the collection
     # limit needs no second look at an object whose text had fewer commas than the limit.
     json_commas: int | None = None
+    # GPUPolicyExceptions from the cluster (the server's watch cache, `audit --cluster`'s list); those
+    # given with the rules are the RuleSet's. Only those of the object's namespace can apply.
+    exceptions: tuple[PolicyException, ...] = ()
+    # the instant exceptions' expiries are compared with; None: evaluate takes the current UTC time
+    now: datetime | None = None
 
     @classmethod
     def offline(
@@ -101,6 +108,8 @@ class AdmissionInput:
         resource_claims: Mapping[str, Mapping[str, Any]] | None = None,
         resource_claim_templates: Mapping[str, Mapping[str, Any]] | None = None,
         cluster_objects: Iterable[Any] | None = None,
+        exceptions: Iterable[PolicyException] = (),
+        now: datetime | None = None,
     ) -> AdmissionInput:
         """An admission as the apiserver would send it for `obj`, for doors that have no AdmissionRequest.
 
@@ -135,6 +144,8 @@ class AdmissionInput:
             priority_classes=priority_classes,
             resource_claims=resource_claims,
             resource_claim_templates=resource_claim_templates,
+            exceptions=tuple(exceptions),
+            now=now,
         )
 
     @classmethod
@@ -164,10 +175,11 @@ class AdmissionInput:
         )
 
     def with_context(self, context: ClusterContext) -> AdmissionInput:
-        """This admission with the cluster's PriorityClasses and the namespace's DRA objects."""
+        """This admission with the cluster's PriorityClasses, the namespace's DRA objects and exceptions."""
         self.priority_classes = context.priority_classes
         self.resource_claims = context.resource_claims
         self.resource_claim_templates = context.resource_claim_templates
+        self.exceptions = context.exceptions
         return self
 
     def __post_init__(self) -> None:
@@ -189,6 +201,8 @@ class ClusterContext:
     priority_classes: Mapping[str, Mapping[str, Any]] | None = None
     resource_claims: Mapping[str, Mapping[str, Any]] | None = None
     resource_claim_templates: Mapping[str, Mapping[str, Any]] | None = None
+    # the cluster's GPUPolicyExceptions (any namespace: evaluate keeps those of the object's)
+    exceptions: tuple[PolicyException, ...] = ()
 
 
 class ClusterSource(Protocol):
@@ -275,5 +289,3 @@ def offline_request(
         "userInfo": dict(user_info or {}),
         "dryRun": dry_run,
     }
-
-

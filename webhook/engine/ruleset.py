@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .cel import CelEnvironment
+from .exceptions import PolicyException
 from .policy import Rule
 from .resources import Accelerators
 from .workloads import WORKLOAD_KINDS
@@ -24,9 +25,12 @@ class RuleSet:
     index: dict[tuple[str, str], tuple[Rule, ...]] = field(default_factory=dict)
     wildcard: dict[str, tuple[Rule, ...]] = field(default_factory=dict)
     references: frozenset[str] = frozenset()  # variables any rule reads: what a shared activation holds
+    # GPUPolicyExceptions read with the rules (files an offline door was given); the cluster's come
+    # per request (AdmissionInput.exceptions)
+    exceptions: tuple[PolicyException, ...] = ()
 
     @classmethod
-    def build(cls, rules: Iterable[Rule], env: CelEnvironment) -> RuleSet:
+    def build(cls, rules: Iterable[Rule], env: CelEnvironment, exceptions: Iterable[PolicyException] = ()) -> RuleSet:
         rules = tuple(rules)
         index: dict[tuple[str, str], list[Rule]] = {}
         wildcard: dict[str, list[Rule]] = {op: [] for op in OPERATIONS}
@@ -44,7 +48,8 @@ class RuleSet:
             for key, found in index.items()
         }
         references = frozenset().union(*(rule.references for rule in rules))
-        return cls(rules, env, merged, {op: tuple(found) for op, found in wildcard.items()}, references)
+        wildcards = {op: tuple(found) for op, found in wildcard.items()}
+        return cls(rules, env, merged, wildcards, references, tuple(exceptions))
 
     def candidates(self, kind: str, operation: str) -> tuple[Rule, ...]:
         found = self.index.get((kind, operation))

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .mutate import MUTATIONS
+from .policy import LabelSelector
 
 API_VERSION = "gpu-webhook.io/v1alpha1"
 POLICY_KIND = "GPUPolicy"
 CONFIG_KIND = "GPUWebhookConfig"
 TEST_KIND = "GPUPolicyTest"
+OVERLAY_KIND = "GPUPolicyOverlay"
+EXCEPTION_KIND = "GPUPolicyException"
 OPERATIONS_ENUM = ["CREATE", "UPDATE", "DELETE", "CONNECT", "*"]
 
 _STRINGS = {"type": "array", "items": {"type": "string"}}
@@ -40,15 +44,12 @@ _FROM_PARAM = {
     "required": ["fromParam"],
     "properties": {"fromParam": {"type": "string"}},
 }
-_METADATA = {
-    "type": "object",
-    "required": ["name"],
-    "properties": {
-        "name": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", "maxLength": 253},
-        "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
-        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-    },
+_METADATA_FIELDS: dict[str, Any] = {
+    "name": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", "maxLength": 253},
+    "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
 }
+_METADATA = {"type": "object", "required": ["name"], "properties": _METADATA_FIELDS}
 
 POLICY_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -68,6 +69,13 @@ POLICY_SCHEMA: dict[str, Any] = {
             "anyOf": [{"required": ["validate"]}, {"required": ["mutate"]}],
             "properties": {
                 "action": {"enum": ["Deny", "Warn", "Audit"], "default": "Deny"},
+                "exceptable": {
+                    "type": "boolean",
+                    "default": True,
+                    "description": "false: no GPUPolicyException may name this rule (lint refuses one, and "
+                    "evaluation ignores one that reached the cluster). For rules whose whole point is that no "
+                    "tenant is exempt, such as privileged containers.",
+                },
                 "failurePolicy": {"enum": ["Fail", "Ignore"], "default": "Fail"},
                 "onMissingContext": {"enum": ["Allow", "Deny"], "default": "Allow"},
                 "autogen": {"type": "boolean", "default": True},
@@ -181,8 +189,120 @@ CONFIG_SCHEMA: dict[str, Any] = {
     },
 }
 
+_RULE_NAME = {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", "maxLength": 253}
+_OVERLAY_RULE = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name"],
+    "properties": {
+        "name": {**_RULE_NAME, "description": "The GPUPolicy's metadata.name; the pack must have it."},
+        "enabled": {"type": "boolean", "description": "false: the rule is left out (not loaded, not registered)."},
+        "action": {"enum": ["Deny", "Warn", "Audit"], "description": "Replaces spec.action."},
+        "failurePolicy": {"enum": ["Fail", "Ignore"], "description": "Replaces spec.failurePolicy."},
+        "onMissingContext": {"enum": ["Allow", "Deny"], "description": "Replaces spec.onMissingContext."},
+        "exceptable": {"type": "boolean", "description": "Replaces spec.exceptable."},
+        "params": {
+            "type": "object",
+            "description": "Each entry replaces that param's value; the rule must have the param.",
+        },
+        "match": {
+            "type": "object",
+            "additionalProperties": False,
+            "description": "Each field given replaces the rule's field of the same name.",
+            "properties": {
+                "namespaces": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {"include": _STRINGS, "exclude": _STRINGS},
+                },
+                "namespaceSelector": _LABEL_SELECTOR,
+                "objectSelector": _LABEL_SELECTOR,
+            },
+        },
+    },
+}
+OVERLAY_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "https://gpu-webhook.io/schemas/gpupolicyoverlay.json",
+    "title": OVERLAY_KIND,
+    "description": "Site changes to rules of the pack, applied before the rules are compiled: a rule turned "
+    "off, its action or failurePolicy set, its params or match fields replaced. Cluster-scoped.",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": API_VERSION},
+        "kind": {"const": OVERLAY_KIND},
+        "metadata": _METADATA,
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["rules"],
+            "properties": {"rules": {"type": "array", "minItems": 1, "items": _OVERLAY_RULE}},
+        },
+    },
+}
+EXCEPTION_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "https://gpu-webhook.io/schemas/gpupolicyexception.json",
+    "title": EXCEPTION_KIND,
+    "description": "Lets objects of its own namespace through the rules it names, until it expires. Namespaced: "
+    "who may create one is RBAC's business (docs/day-two.md).",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": API_VERSION},
+        "kind": {"const": EXCEPTION_KIND},
+        "metadata": {
+            "type": "object",
+            "required": ["name", "namespace"],
+            "properties": {
+                **_METADATA_FIELDS,
+                "namespace": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": 63},
+            },
+        },
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["rules", "reason"],
+            "properties": {
+                "rules": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": _RULE_NAME,
+                    "description": "The GPUPolicies (metadata.name) the objects are excepted from.",
+                },
+                "match": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "description": "Which objects of the namespace: every field given must match (none: all).",
+                    "properties": {
+                        "kinds": {
+                            **_STRINGS,
+                            "description": "The object's kind (Deployment, Pod, ...); any if absent.",
+                        },
+                        "names": {**_STRINGS, "description": "The object's metadata.name; any if absent."},
+                        "objectSelector": {
+                            **_LABEL_SELECTOR,
+                            "description": "On the object's own labels (for a workload, the workload's, not "
+                            "its pod template's).",
+                        },
+                    },
+                },
+                "expires": {
+                    "type": "string",
+                    "format": "date-time",
+                    "description": "RFC 3339 time (2026-12-01T00:00:00Z) from which the exception no longer applies.",
+                },
+                "reason": {"type": "string", "minLength": 1, "description": "Why: reported with every use."},
+            },
+        },
+    },
+}
+
 # Expected outcome of one rule on one test case (`gpu-webhook test`).
-RULE_RESULTS = ["allowed", "denied", "warned", "audited", "mutated", "skipped", "error"]
+RULE_RESULTS = ["allowed", "denied", "warned", "audited", "mutated", "skipped", "error", "excepted"]
 _OBJECT_OR_FILE = {"type": ["object", "null"]}
 _EXPECT_RULE = {
     "type": "object",
@@ -194,7 +314,7 @@ _EXPECT_RULE = {
             "enum": RULE_RESULTS,
             "description": "allowed: matched and let the object through; denied/warned/audited: a violation "
             "with that action; mutated: the rule changed the object; skipped: no target matched; "
-            "error: the rule could not be evaluated.",
+            "error: the rule could not be evaluated; excepted: a GPUPolicyException let the object through.",
         },
         "message": {"type": "string", "description": "A substring of the rule's message."},
         "messageRegex": {"type": "string", "description": "A regular expression searched in the message."},
@@ -295,4 +415,30 @@ TEST_SCHEMA: dict[str, Any] = {
     },
 }
 
-SCHEMAS: dict[str, dict[str, Any]] = {POLICY_KIND: POLICY_SCHEMA, TEST_KIND: TEST_SCHEMA, CONFIG_KIND: CONFIG_SCHEMA}
+SCHEMAS: dict[str, dict[str, Any]] = {
+    POLICY_KIND: POLICY_SCHEMA,
+    TEST_KIND: TEST_SCHEMA,
+    CONFIG_KIND: CONFIG_SCHEMA,
+    OVERLAY_KIND: OVERLAY_SCHEMA,
+    EXCEPTION_KIND: EXCEPTION_SCHEMA,
+}
+
+
+def selector_of(spec: Mapping[str, Any] | None) -> LabelSelector | None:
+    """A schema-checked LabelSelector mapping -> LabelSelector; None when absent or empty (selects all)."""
+    if not spec:
+        return None
+    return LabelSelector(
+        match_labels=tuple((spec.get("matchLabels") or {}).items()),
+        match_expressions=tuple(
+            (e["key"], e["operator"], frozenset(e.get("values") or ())) for e in spec.get("matchExpressions") or ()
+        ),
+    )
+
+
+def dotted(path: Iterable[Any]) -> str:
+    """A document path as authors write it: spec.mutate[0].setLabels."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
