@@ -124,7 +124,6 @@ class LoadError:
         return f"{self.location}: {prefix}{self.message}"
 
 
-
 class RuleLoadError(ValueError):
     """Rules (or exceptions) that could not be loaded: every problem, one `file:line:column: ...` per line."""
 
