@@ -80,12 +80,14 @@ _EXPRESSION_PATHS: tuple[tuple[str, ...], ...] = (
 LINT_NAMESPACE = "gpu-lint"
 
 
-def lint(paths: Iterable[str | os.PathLike[str]]) -> list[LoadError]:
-    """Every problem of every rule file under the paths, in file order."""
-    paths = list(paths)
-    result = load_rules(paths)
+def lint(paths: Iterable[str | os.PathLike[str]], objects: Iterable[Document] = ()) -> list[LoadError]:
+    """Every problem of every rule file under the paths, and of `objects` (policy objects from a cluster:
+    the server's admission of GPUPolicy objects), in file order."""
+    paths, objects = list(paths), list(objects)
+    result = load_rules(paths, objects)
     errors = list(result.errors)
     documents = list(_policy_documents(rule_files(paths)))
+    documents += [d for d in objects if isinstance(d.data, Mapping) and d.data.get("kind") == POLICY_KIND]
     for document in documents:
         errors.extend(_field_errors(document))
         errors.extend(_slow_forms(document))
