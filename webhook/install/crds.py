@@ -184,6 +184,7 @@ def _status_schema(resource: PolicyResource) -> dict[str, Any]:
                 "description": "The generation of this object the replica runs (absent: none).",
             },
             "ready": {"type": "boolean", "description": "The replica's last load included this generation."},
+            "reason": {"type": "string", "description": "Why not: Invalid (this object) or NotLoaded."},
             "message": {"type": "string"},
         },
     }

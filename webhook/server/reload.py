@@ -3,6 +3,14 @@
 Both are polled: a stat() of a few files per second is cheap, and polling sees every
 way a file can change, including a ConfigMap or Secret mount, where kubelet swaps the
 `..data` symlink atomically and no event fires on the visible names themselves.
+
+Rules come from files (`paths`) and, with `serve --policies cluster|both`, from the GPUPolicy and
+GPUPolicyOverlay objects of the cluster (`cluster`: their watch caches, webhook/kube/policies.py).
+Both go through the one loader in one load (objects after files), so an object gets the same checks,
+the same hot reload and the same last-good behaviour as a file, and a rule name defined by both is a
+duplicate: the load fails and says where (log, /readyz, the object's status), and the last good rule
+set keeps serving. A change of an object's spec (its generation), labels or annotations is a change
+of the rules; its status, written by the replicas themselves, is not.
 """
 
 from __future__ import annotations
@@ -15,9 +23,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 from webhook.certs import CERT_FILE, KEY_FILE, certificate_not_after
 from webhook.engine import LoadError, RuleSet, load_rules, rule_files
+from webhook.kube.policies import SpecVersion, spec_version
+from webhook.policies.objects import PolicyObject, policy_object
 from webhook.server.memory import settle
 from webhook.server.metrics import Metrics
 
@@ -38,16 +49,34 @@ def fingerprint(paths: list[str]) -> Fingerprint:
     return tuple(entries)
 
 
+class PolicySource(Protocol):
+    """The policy objects of the cluster (webhook.kube.PolicyCaches): read from memory, no I/O."""
+
+    @property
+    def synced(self) -> bool: ...
+
+    def objects(self) -> list[dict[str, Any]]: ...
+
+    def detail(self) -> dict[str, Any]: ...
+
+
 @dataclass
 class RuleStore:
     """The rule set in use. Requests read `ruleset` once; a reload swaps it in one assignment."""
 
     paths: list[str]
     metrics: Metrics
+    cluster: PolicySource | None = None  # policy objects, loaded with the files
     ruleset: RuleSet | None = None
     generation: int = 0
     errors: list[LoadError] = field(default_factory=list)
+    attempts: int = 0  # loads tried, successful or not (the status writer follows it)
+    # the policy objects of the last load tried, and (kind, namespace, name) -> generation of those in use
+    attempted: dict[tuple[str, str, str], PolicyObject] = field(default_factory=dict)
+    running: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    cluster_loaded: bool = False  # a load has read the policy objects after their caches listed them
     _fingerprint: Fingerprint = ()
+    _objects_version: SpecVersion = ()
 
     def _current_fingerprint(self) -> Fingerprint:
         return fingerprint(rule_files(p for p in self.paths if os.path.exists(p)))
@@ -55,7 +84,25 @@ class RuleStore:
     def load(self) -> bool:
         """(Re)load synchronously; on failure keep the last good rule set. Runs in a worker thread."""
         self._fingerprint = self._current_fingerprint()
-        result = load_rules(self.paths)
+        synced = self.cluster is not None and self.cluster.synced
+        raw = self.cluster.objects() if self.cluster is not None else []
+        self._objects_version = spec_version(raw)
+        objects = [policy_object(obj) for obj in raw]
+        result = load_rules(self.paths, [o.document for o in objects])
+        self.attempted = {o.key: o for o in objects}
+        self.attempts += 1
+        self.cluster_loaded = self.cluster_loaded or synced
+        if result.ruleset is None and self.ruleset is None and objects:
+            # nothing good to keep yet (start-up): the files alone serve until the objects are fixed;
+            # the objects' errors stay reported (log, /readyz, their status)
+            alone = load_rules(self.paths)
+            if alone.ruleset is not None:
+                self._swap(alone.ruleset, {})
+                self.errors = result.errors
+                self.metrics.reload_ok.set(0)
+                for error in self.errors:
+                    log.error("policy object rejected; serving the rule files alone", extra={"error": str(error)})
+                return True
         if result.ruleset is None:
             self.errors = result.errors
             self.metrics.reload_failures.inc()
@@ -63,17 +110,42 @@ class RuleStore:
             for error in self.errors:
                 log.error("rule file rejected", extra={"error": str(error), "kept_generation": self.generation})
             return False
-        self.ruleset = result.ruleset
-        self.generation += 1
+        self._swap(result.ruleset, {o.key: o.generation for o in objects})
         self.errors = []
-        self.metrics.rules_generation.set(self.generation)
-        self.metrics.rules_loaded.set(len(result.ruleset.rules))
         self.metrics.reload_ok.set(1)
-        log.info("rules loaded", extra={"generation": self.generation, "rules": len(result.ruleset.rules)})
         return True
 
+    def _swap(self, ruleset: RuleSet, running: dict[tuple[str, str, str], int]) -> None:
+        self.ruleset = ruleset
+        self.generation += 1
+        self.running = running
+        self.metrics.rules_generation.set(self.generation)
+        self.metrics.rules_loaded.set(len(ruleset.rules))
+        log.info(
+            "rules loaded",
+            extra={"generation": self.generation, "rules": len(ruleset.rules), "policyObjects": len(running)},
+        )
+
     def changed(self) -> bool:
+        if self.cluster is not None:
+            if self.cluster.synced and not self.cluster_loaded:
+                return True  # the caches have listed the cluster since the last load
+            if spec_version(self.cluster.objects()) != self._objects_version:
+                return True
         return self._current_fingerprint() != self._fingerprint
+
+    def cluster_objects(self) -> list[dict[str, Any]]:
+        """The policy objects the caches hold now (none without `cluster`)."""
+        return self.cluster.objects() if self.cluster is not None else []
+
+    def cluster_detail(self) -> dict[str, Any]:
+        """For /readyz: the policy objects' caches, and which objects the rules in use hold."""
+        assert self.cluster is not None
+        return {
+            "loaded": self.cluster_loaded,
+            "caches": self.cluster.detail(),
+            "inUse": sorted("/".join(part for part in key if part) for key in self.running),
+        }
 
 
 @dataclass

@@ -1,0 +1,129 @@
+"""Watch caches of the policy objects (GPUPolicy, GPUPolicyOverlay, GPUPolicyException), on watchcache.py.
+
+A cluster where the CRDs are not installed answers 404 to the list: the cache then counts as synced
+and empty (a server started before the CRDs must not stay unready), and lists again every
+`absent_retry` seconds, so CRDs installed later are picked up without a restart.
+
+`spec_version()` identifies what the loader reads of the objects (uid, generation, labels and
+annotations): status writes, which the watch also delivers, do not change it, so the server's own
+status updates never trigger a reload.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from webhook.install.crds import EXCEPTION, OVERLAY, POLICY, PolicyResource
+
+from .watchcache import WatchCache
+
+log = logging.getLogger(__name__)
+SpecVersion = tuple[tuple[str, str, str, int, str], ...]
+
+
+class PolicyObjectCache(WatchCache):
+    """Every object of one policy kind (all namespaces for GPUPolicyException)."""
+
+    def __init__(self, api_client: ApiClient, resource: PolicyResource, absent_retry: float = 10.0, **options: Any):
+        super().__init__(api_client, resource.collection, **options)
+        self.definition = resource
+        self.kind = resource.kind.lower()
+        self.absent = False  # the cluster does not serve the kind (CRD not installed)
+        self._absent_retry = absent_retry
+
+    def _list(self, collection: str | None = None, limit: int | None = None) -> None:
+        try:
+            super()._list(collection, limit)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            if not self.absent:
+                log.info("%s: not served by this cluster (CRD not installed); none loaded", self.definition.crd_name)
+            self.absent = True
+            self._items = {}
+            self._resource_version = None
+            self._synced.set()
+            self._notify("SYNCED", "")
+            return
+        if self.absent:
+            log.info("%s: now served; watching", self.definition.crd_name)
+        self.absent = False
+
+    def _watch(self) -> None:
+        if self.absent:  # nothing to watch: list again after a while
+            self._stopping.wait(self._absent_retry)
+            return
+        super()._watch()
+
+    def objects(self) -> list[dict[str, Any]]:
+        """Every object, sorted by (namespace, name): the order the loader sees them in."""
+        return [self._items[ns][name] for ns in sorted(self._items) for name in sorted(self._items[ns])]
+
+    def status(self) -> dict[str, Any]:
+        return {**super().status(), "served": not self.absent}
+
+
+def spec_version(objects: list[dict[str, Any]]) -> SpecVersion:
+    """What the loader reads of these objects, as a comparable value (status left out)."""
+    out = []
+    for obj in objects:
+        metadata = obj.get("metadata") or {}
+        labels = repr(sorted((metadata.get("labels") or {}).items()))
+        annotations = repr(sorted((metadata.get("annotations") or {}).items()))
+        out.append(
+            (
+                str(metadata.get("namespace") or ""),
+                str(metadata.get("name")),
+                str(metadata.get("uid")),
+                int(metadata.get("generation") or 0),
+                labels + annotations,
+            )
+        )
+    return tuple(out)
+
+
+class ExceptionCache(PolicyObjectCache):
+    """GPUPolicyExceptions of every namespace: cluster context (ClusterCaches), not rules."""
+
+    resource = ("gpu-webhook.io", EXCEPTION.plural)  # (API group, plural): ClusterCaches' RBAC table
+
+    def __init__(self, api_client: ApiClient, **options: Any) -> None:
+        super().__init__(api_client, EXCEPTION, **options)
+
+
+class PolicyCaches:
+    """The rules the cluster holds: GPUPolicy and GPUPolicyOverlay objects (the server's `--policies`)."""
+
+    def __init__(self, api_client: ApiClient, **options: Any) -> None:
+        self.policies = PolicyObjectCache(api_client, POLICY, **options)
+        self.overlays = PolicyObjectCache(api_client, OVERLAY, **options)
+
+    @property
+    def caches(self) -> list[PolicyObjectCache]:
+        return [self.policies, self.overlays]
+
+    @property
+    def synced(self) -> bool:
+        return all(cache.synced for cache in self.caches)
+
+    def objects(self) -> list[dict[str, Any]]:
+        """GPUPolicy then GPUPolicyOverlay objects, each sorted by name."""
+        return [obj for cache in self.caches for obj in cache.objects()]
+
+    def start(self) -> None:
+        for cache in self.caches:
+            cache.start()
+
+    def wait_synced(self, timeout: float) -> bool:
+        return all(cache.wait_synced(timeout) for cache in self.caches)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        for cache in self.caches:
+            cache.stop(timeout)
+
+    def detail(self) -> dict[str, Any]:
+        return {cache.kind: cache.status() for cache in self.caches}
