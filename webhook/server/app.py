@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 import ssl
@@ -32,7 +33,7 @@ from webhook.server.metrics import Metrics
 from webhook.server.offload import Offload
 from webhook.server.pipeline import Pipeline, Problem
 from webhook.server.recorder import ReviewRecorder
-from webhook.server.reload import CertificateStore, RuleStore, watch
+from webhook.server.reload import CertificateStore, PolicySource, RuleStore, watch
 
 log = logging.getLogger("gpu_webhook.server")
 http_log = logging.getLogger("gpu_webhook.http")  # aiohttp's per-connection errors, see _HttpErrors
@@ -270,6 +271,11 @@ def readiness(state: ServerState) -> tuple[bool, dict[str, Any]]:
         "stopping": state.stopping,
     }
     ready = rules.ruleset is not None and not state.stopping
+    if rules.cluster is not None:
+        # serve --policies cluster|both: ready once a load has read the listed policy objects (a
+        # broken one does not make the replica unready: the last good rules serve, its status says why)
+        detail["policies"] = rules.cluster_detail()
+        ready = ready and rules.cluster_loaded
     if state.namespaces is not None:
         # until the first list, rules that read namespaceObject fall back to onMissingContext;
         # a stale watch is reported (and counted) but keeps the replica ready: failing every
@@ -312,6 +318,10 @@ def build_app(state: ServerState, admission: bool = True) -> web.Application:
     if admission:
         for phase, endpoint in ((Phase.MUTATE, "mutate"), (Phase.VALIDATE, "validate")):
             app.router.add_post(f"/{endpoint}", _admission_handler(state.pipeline(phase, endpoint)))
+        from webhook.policies import admission as policy_admission  # it imports webhook.server's parts
+
+        observe = functools.partial(state.metrics.observe, "policies")
+        app.router.add_post(policy_admission.PATH, policy_admission.handler(state.rules, observe))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
@@ -321,10 +331,12 @@ def build_app(state: ServerState, admission: bool = True) -> web.Application:
 class Server:
     """Owns the sites and background tasks of one process; start() then stop() (or run())."""
 
-    def __init__(self, config: ServerConfig, namespaces: NamespaceSource | None = None) -> None:
+    def __init__(
+        self, config: ServerConfig, namespaces: NamespaceSource | None = None, policies: PolicySource | None = None
+    ) -> None:
         self.config = config
         self.metrics = Metrics()
-        rules = RuleStore(paths=list(config.rules), metrics=self.metrics)
+        rules = RuleStore(paths=list(config.rules), metrics=self.metrics, cluster=policies)
         if not rules.load():
             raise ValueError("\n".join(str(e) for e in rules.errors))
         context = tls_context(config.cert_dir, config.client_ca)
