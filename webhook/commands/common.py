@@ -49,9 +49,10 @@ def default_manifests_dir() -> str:
     return _source_or_packaged("manifests")
 
 
-def rule_paths(given: list[str] | None) -> list[str]:
-    """The --rules paths given, else the default rules (the one default of every command but `test`)."""
-    return given or [default_rules_dir()]
+def rule_paths(given: list[str] | None, site: Sequence[str] | None = None) -> list[str]:
+    """The --rules paths given, else the default rules (the one default of every command but `test`),
+    then the --site paths: a site's overlays, exceptions and rules on top of the pack, not instead."""
+    return [*(given or [default_rules_dir()]), *(site or ())]
 
 
 def load_rules(paths: Sequence[str | os.PathLike[str]]) -> LoadResult:
@@ -120,12 +121,21 @@ DEFAULT_KUBERNETES_VERSION = "1.36"
 
 
 def add_rules(parser: argparse.ArgumentParser, default: str = RULES_DEFAULT) -> None:
-    """--rules PATH, repeatable, the rules of every PATH merged (read them with rule_paths)."""
+    """--rules PATH and --site PATH, repeatable, the documents of every PATH merged (read them with
+    rule_paths(args.rules, args.site))."""
     parser.add_argument(
         "--rules",
         action="append",
         metavar="PATH",
         help=f"rule file or directory; repeat to use the rules of several together (default: {default})",
+    )
+    parser.add_argument(
+        "--site",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="file or directory of the site's GPUPolicyOverlay, GPUPolicyException (and GPUPolicy) documents, "
+        "loaded on top of the rules (the pack, or --rules) rather than instead of them; repeatable",
     )
 
 

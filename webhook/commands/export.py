@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         release = Release.parse(args.kubernetes_version)
-        result = export(load_ruleset(rule_paths(args.rules)), args.target, release, args.claims)
+        result = export(load_ruleset(rule_paths(args.rules, args.site)), args.target, release, args.claims)
     except ValueError as error:
         raise UsageError(str(error)) from None
     text = table(result) if args.table else render(result)

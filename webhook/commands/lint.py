@@ -16,13 +16,20 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "rules", nargs="*", metavar="RULES", help=f"rule files or directories (default: {RULES_DEFAULT})"
     )
+    parser.add_argument(
+        "--site",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="the site's overlays, exceptions and rules, checked on top of RULES (or the pack); repeatable",
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from webhook.authoring.lint import lint
 
-    paths = rule_paths(args.rules)
+    paths = rule_paths(args.rules, args.site)
     for path in paths:
         if not os.path.exists(path):
             raise UsageError(f"rules path not found: {path}")

@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         overlay=args.overlay,
         components=args.component,
         ca_dir=Path(args.ca) if args.ca else None,
-        rules=rule_paths(args.rules),
+        rules=rule_paths(args.rules, args.site),
         image=args.image,
         secret=not args.no_secret,
         native=native_mode(args.kubernetes_version, args.claims) if args.native else None,

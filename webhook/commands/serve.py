@@ -168,7 +168,7 @@ def _warn_without_context(args: argparse.Namespace) -> None:
     """Say loudly which rules cannot act without the namespace watch."""
     from webhook.engine import load_rules
 
-    result = load_rules(rule_paths(args.rules))
+    result = load_rules(rule_paths(args.rules, args.site))
     if result.ruleset is None:
         return  # the server reports the load errors itself
     blind = [r for r in result.ruleset.rules if r.needs_namespace]
@@ -218,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workers > 1 and args.port == 0:
         raise UsageError("--workers needs a fixed --port: every worker must listen on the same one")
     config = ServerConfig(
-        rules=rule_paths(args.rules),
+        rules=rule_paths(args.rules, args.site),
         cert_dir=str(cert_dir),
         host=args.host,
         port=args.port,
