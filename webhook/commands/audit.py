@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--page-size must be at least 1")
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
-    ruleset = load_ruleset(rule_paths(args.rules))
+    ruleset = load_ruleset(rule_paths(args.rules, args.site))
     actions = {rule.name: rule.action for rule in ruleset.rules}
 
     api = None

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.operation == "UPDATE" and not args.old:
         raise UsageError("--operation UPDATE needs --old FILE")
-    ruleset = load_ruleset(rule_paths(args.rules))
+    ruleset = load_ruleset(rule_paths(args.rules, args.site))
     problems: list[str] = []
     namespaces = namespaces_in(args.namespace_objects, problems.append)
     if problems:
