@@ -78,10 +78,11 @@ class ObjectRef:
 
 def text(outcome: RuleOutcome) -> str:
     """What a report says about one rule: its messages, or why it was not evaluated."""
-    return outcome.message or (outcome.reason if outcome.result == Result.SKIP else "")
+    return outcome.message or (outcome.reason if outcome.result in _REASONED else "")
 
 
 _SKIP = Result.SKIP
+_REASONED = (Result.SKIP, Result.EXCEPTED)  # results whose reason is what there is to say ("excepted by ...")
 
 
 @dataclass(slots=True)

@@ -28,6 +28,7 @@ _RESULT = {
     Result.ERROR: "error",
     Result.WARN: "warn",
     Result.AUDIT: "warn",
+    Result.EXCEPTED: "skip",  # as Kyverno reports a rule a PolicyException lets through; the message says which
     Result.PASS: "pass",
     Result.SKIP: "skip",  # not evaluated: no namespace context
 }
