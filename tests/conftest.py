@@ -19,6 +19,7 @@ import webhook.server.reload
 from tests.support import RULES, LiveServer, client_ssl, start_server
 from webhook.certs import generate_bundle, write_bundle
 from webhook.engine import LoadResult, RuleSet, load_rules, rule_files
+from webhook.kubeyaml import Document
 
 
 @pytest.fixture(scope="session")
@@ -47,10 +48,13 @@ def _files_key(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str])
     return tuple(map(os.fspath, named)), contents
 
 
-def load_rules_once(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]) -> LoadResult:
+def load_rules_once(
+    paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], objects: Iterable[Document] = ()
+) -> LoadResult:
+    objects = list(objects)
     key = _files_key(paths)
-    if key is None:
-        return load_rules(paths)
+    if key is None or objects:  # policy objects from a cluster: loaded each time, as the server does
+        return load_rules(paths, objects)
     if key not in _LOADED:
         _LOADED[key] = load_rules(paths)
     return _LOADED[key]
