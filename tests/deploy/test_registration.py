@@ -21,7 +21,7 @@ from webhook.install.registration import (
     tenant_reach,
 )
 
-MUTATE, MUTATE_TENANTS, VALIDATE = ENTRIES
+MUTATE, MUTATE_TENANTS, VALIDATE, POLICIES = ENTRIES
 
 
 def rule(name: str, match: str, body: str = "validate: {expression: 'true', message: 'no'}") -> str:

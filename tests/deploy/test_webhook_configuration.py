@@ -36,6 +36,8 @@ def webhooks(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_common_webhook_fields(rendered: dict, overlay: str) -> None:
     for kind, webhook in webhooks(rendered[overlay]):
+        if webhook["name"] == "policies.gpu-webhook.io":
+            continue  # the policy objects themselves: test_policy_objects_are_sent_to_their_own_path
         assert webhook["admissionReviewVersions"] == ["v1"]
         assert webhook["sideEffects"] == "None"
         assert webhook["timeoutSeconds"] <= 5  # far under the apiserver's 10 s default and 30 s max
@@ -59,6 +61,22 @@ def test_common_webhook_fields(rendered: dict, overlay: str) -> None:
             assert rule["scope"] == "Namespaced"
             # the one subresource rules see: kubectl debug's ephemeral containers (KEP-277)
             assert all(r == "pods/ephemeralcontainers" or not ("/" in r or "*" in r) for r in rule["resources"])
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_policy_objects_are_sent_to_their_own_path(rendered: dict, overlay: str) -> None:
+    (policies,) = [w for _, w in webhooks(rendered[overlay]) if w["name"] == "policies.gpu-webhook.io"]
+    assert policies["clientConfig"]["service"]["path"] == "/policies"
+    assert policies["rules"] == [
+        {
+            "apiGroups": ["gpu-webhook.io"],
+            "apiVersions": ["v1alpha1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["gpupolicies", "gpupolicyexceptions", "gpupolicyoverlays"],
+            "scope": "*",
+        }
+    ]
+    assert "matchConditions" not in policies
 
 
 @pytest.mark.parametrize(("overlay", "policy"), [("audit", "Ignore"), ("enforce", "Fail")])

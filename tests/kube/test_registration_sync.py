@@ -25,7 +25,7 @@ from webhook.install.registration import ENTRIES, VALIDATING, configurations, en
 from webhook.kube import rest
 from webhook.server.registration_sync import RegistrationSync, in_step
 
-(VALIDATE,) = [e for e in ENTRIES if e.configuration == VALIDATING]
+(VALIDATE,) = [e for e in ENTRIES if e.configuration == VALIDATING and not e.policies]
 VALIDATING_PATH = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/gpu-webhook-validating"
 
 

@@ -44,6 +44,9 @@ from webhook.engine import (
     compile_documents,
     top_level,
 )
+from webhook.install.crds import GROUP as CRD_GROUP
+from webhook.install.crds import RESOURCES as POLICY_RESOURCES
+from webhook.install.crds import VERSION as CRD_VERSION
 from webhook.kubeyaml import load_documents
 
 MUTATING, VALIDATING = "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"
@@ -63,11 +66,15 @@ CHECKOUT_RULES = Path(__file__).resolve().parents[2] / "rules"
 
 @dataclass(frozen=True)
 class Entry:
-    """One webhook entry: which configuration, which phase, which namespaces (tenant label: True, False, any)."""
+    """One webhook entry: which configuration, which phase, which namespaces (tenant label: True, False, any).
+
+    `policies`: the entry that sends the policy objects themselves (webhook/policies/admission.py), whose
+    rules are the policy kinds, not derived from the loaded rules."""
 
     name: str
     configuration: str
     tenants: bool | None
+    policies: bool = False
 
     @property
     def phase(self) -> Phase:
@@ -75,6 +82,8 @@ class Entry:
 
     @property
     def path(self) -> str:
+        if self.policies:
+            return "/policies"
         return "/mutate" if self.phase is Phase.MUTATE else "/validate"
 
 
@@ -82,7 +91,19 @@ ENTRIES = (
     Entry("mutate.gpu-webhook.io", MUTATING, tenants=False),
     Entry("mutate-tenants.gpu-webhook.io", MUTATING, tenants=True),
     Entry("validate.gpu-webhook.io", VALIDATING, tenants=None),
+    # second: the overlays patch each entry's failurePolicy by index (validating webhooks/0 and /1)
+    Entry("policies.gpu-webhook.io", VALIDATING, tenants=None, policies=True),
 )
+# What the policies entry sends: a CREATE or UPDATE of any policy object (webhook/install/crds.py)
+POLICY_RULES = [
+    {
+        "apiGroups": [CRD_GROUP],
+        "apiVersions": [CRD_VERSION],
+        "operations": ["CREATE", "UPDATE"],
+        "resources": sorted(resource.plural for resource in POLICY_RESOURCES),
+        "scope": "*",
+    }
+]
 
 
 # -- which rules an entry carries ----------------------------------------------------------------
@@ -114,6 +135,8 @@ _NOWHERE: Any = "nowhere"  # a selector no namespace satisfies: the rule belongs
 
 def entry_rules(ruleset: RuleSet, entry: Entry) -> list[Rule]:
     """The rules that can act on a request this entry sends, in file order."""
+    if entry.policies:
+        return []
     out = []
     for rule in ruleset.rules:
         acts = bool(rule.mutations) if entry.phase is Phase.MUTATE else rule.validate is not None
@@ -317,6 +340,8 @@ def match_conditions(ruleset: RuleSet, entry: Entry) -> list[dict[str, str]]:
 
 def entry_fields(ruleset: RuleSet, entry: Entry) -> dict[str, Any]:
     """The derived fields of one entry: `rules` and (when any) `matchConditions`."""
+    if entry.policies:
+        return {"rules": copy.deepcopy(POLICY_RULES)}
     fields: dict[str, Any] = {"rules": resource_rules(entry_rules(ruleset, entry), entry.phase)}
     conditions = match_conditions(ruleset, entry)
     if conditions:
@@ -409,7 +434,10 @@ BASE_HEADER = """\
 # Mutating, two entries with disjoint namespaceSelectors (no object is mutated twice): outside tenant
 # namespaces only objects that request accelerators (the pack mutates nothing else there), and every
 # pod and workload in tenant namespaces (gpu-webhook.io/tenant=true). Validating: every object the
-# rules target. kube-system and the webhook's own namespace are never sent (no lock-out).
+# rules target, and (policies.gpu-webhook.io) the policy objects themselves, so that a broken
+# GPUPolicy, GPUPolicyOverlay or GPUPolicyException is refused at apply (its failurePolicy follows the
+# others': one that got in while the webhook was down is still refused by the loader, and its status
+# says why). kube-system and the webhook's own namespace are never sent (no lock-out).
 # The mutating configuration's name sorts before `kueue-mutating-webhook-configuration`: the apiserver
 # calls mutating configurations in name order, and Kueue must see the queue label we inject.
 """
