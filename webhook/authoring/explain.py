@@ -39,6 +39,7 @@ _RESULT_STYLE = {
     "pass": ("green", "pass"),
     "mutated": ("cyan", "mutated"),
     "skip": ("dim", "skip"),
+    "excepted": ("magenta", "EXCEPTED"),
 }
 # a failing target is labelled by what its rule's outcome is (Warn and Audit rules "fail" too)
 _OUTCOME_STYLE = {
@@ -120,6 +121,8 @@ def _rule_lines(
         what = f"mutate, {what}"
     source = f"{os.path.relpath(rule.source.file)}:{rule.source.line}"
     yield line("  ", style(rule.name, "bold"), f" ({what})  ", style(source, "dim"))
+    if rule.overlaid_by:
+        yield line("    ", style("overlaid by", "dim"), f" {rule.overlaid_by}")
     if not entries:
         yield line("    ", style("not matched", "dim"), f": {_unindexed_reason(rule, kind, admission)}")
         return
@@ -174,7 +177,9 @@ def _decision_lines(decision: Decision, outcomes: list[RuleOutcome]) -> Iterator
             for message in outcome.messages:
                 yield line("  ", style(label, color), f" [{outcome.rule}] {message}{suffix}")
     for outcome in outcomes:
-        if outcome.context_missing:
+        if outcome.result == Result.EXCEPTED:
+            yield line("  ", style("excepted", "magenta"), f" [{outcome.rule}] {outcome.reason}")
+        elif outcome.context_missing:
             yield line("  ", style("skipped", "dim"), f" [{outcome.rule}] {outcome.reason}")
 
 

@@ -15,6 +15,8 @@ def text(results: Iterable[CaseResult]) -> Iterator[str]:
     passed = 0
     for result in results:
         yield f"{result.id} {'PASSED' if result.passed else 'FAILED'}"
+        for note in result.excepted:  # a case that passes thanks to an exception says so
+            yield f"  {note}"
         if result.passed:
             passed += 1
         else:

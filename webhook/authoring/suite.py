@@ -2,7 +2,7 @@
 
 A suite names cases (an object, the operation, optional oldObject, namespace object and
 user) and what should happen: per rule (allowed / denied / warned / audited / mutated /
-skipped / error, the message, the rule's patch), and for the whole pack (allowed, the
+skipped / error / excepted, the message, the rule's patch), and for the whole pack (allowed, the
 object after mutation, the exact patch). Every case is evaluated with `evaluate(...,
 Phase.ALL)`, so a suite sees what the mutating and validating webhooks together do.
 """
@@ -53,6 +53,7 @@ class CaseResult:
     name: str  # the case's name
     failures: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    excepted: list[str] = field(default_factory=list)  # "RULE excepted by NS/NAME: REASON", for the report
 
     @property
     def passed(self) -> bool:
@@ -80,13 +81,15 @@ class Suite:
 def discover(
     path: str,
     rules: Sequence[str] | str | None = None,
-    default_rules: str | None = None,
+    default_rules: str | Sequence[str] | None = None,
     unreadable: Callable[[str], None] | None = None,
+    site: Sequence[str] = (),
 ) -> list[Suite]:
     """Every GPUPolicyTest document under path; raises SuiteError listing every schema problem.
 
     The rules a suite runs against: `rules` (the command line's --rules, every path merged) if
-    given, else the suite's own `spec.rules` (relative to its file), else `default_rules`, else path.
+    given, else the suite's own `spec.rules` (relative to its file), else `default_rules`, else path;
+    then the `site` paths (the command line's --site: overlays and exceptions on top of any of those).
     A file that is not UTF-8 text is told to `unreadable` and skipped (else it is a problem).
     """
     given = (rules,) if isinstance(rules, str) else tuple(rules or ())
@@ -120,8 +123,15 @@ def discover(
             if errors:
                 continue
             own = data["spec"].get("rules")
-            suite_rules = given or (str(Path(file).parent / own) if own else default_rules or path,)
-            suites.append(Suite(document, suite_rules))
+            if given:
+                suite_rules = given
+            elif own:
+                suite_rules = (str(Path(file).parent / own),)
+            elif default_rules:
+                suite_rules = (default_rules,) if isinstance(default_rules, str) else tuple(default_rules)
+            else:
+                suite_rules = (path,)
+            suites.append(Suite(document, (*suite_rules, *site)))
     if problems:
         raise SuiteError("\n".join(str(p) for p in problems))
     return suites
@@ -142,6 +152,7 @@ def run(suites: list[Suite], load: Callable[[Sequence[str]], RuleSet] | None = N
             try:
                 decision = evaluate(ruleset, admission(case, Path(suite.file).parent), Phase.ALL, trace=True)
                 result.failures = check(case, decision, known)
+                result.excepted = [f"{rule} {verdict}" for rule, verdict in decision.excepted.items()]
             except (OSError, YamlError, ValueError, yaml.YAMLError) as error:
                 result.failures = [f"cannot run the case: {error}"]
             result.seconds = time.perf_counter() - started
@@ -204,13 +215,14 @@ EXPECTATION: dict[Result, str] = {
     Result.ERROR: "error",
     Result.WARN: "warned",
     Result.AUDIT: "audited",
+    Result.EXCEPTED: "excepted",
     Result.PASS: "allowed",  # "mutated" when the rule patched
     Result.SKIP: "skipped",
 }
 
 
 def expectation(outcome: RuleOutcome | None) -> str:
-    """What a suite calls this outcome: denied, error, warned, audited, mutated, allowed or skipped."""
+    """What a suite calls this outcome: denied, error, warned, audited, excepted, mutated, allowed or skipped."""
     if outcome is None:
         return "skipped"
     if outcome.result == Result.PASS and outcome.patched:
@@ -298,7 +310,8 @@ def _check_rule(wanted: Mapping[str, Any], outcome: RuleOutcome | None) -> list[
     if "result" in wanted and wanted["result"] != result:
         detail = f" ({why})" if why else (f": {'; '.join(messages)}" if messages else "")
         failures.append(f"rule {name}: expected {wanted['result']}, got {result}{detail}")
-    text = "; ".join(messages)
+    # an excepted rule's message is its exception ("excepted by NS/NAME: REASON")
+    text = "; ".join(messages) or (outcome.reason if outcome is not None and result == "excepted" else "")
     if "message" in wanted and wanted["message"] not in text:
         failures.append(f"rule {name}: message does not contain {wanted['message']!r}\n  message: {text or '(none)'}")
     if "messageRegex" in wanted and not re.search(wanted["messageRegex"], text):

@@ -1,4 +1,8 @@
-"""`gpu-webhook test PATH`: run the GPUPolicyTest suites under PATH; exit 1 when a case fails."""
+"""`gpu-webhook test PATH...`: run the GPUPolicyTest suites under each PATH; exit 1 when a case fails.
+
+With several PATHs (`gpu-webhook test rules/ site/`) every suite runs against its own rules plus
+the other PATHs' documents: the pack's suites see the site's overlays and exceptions, the site's
+suites the pack. --site does the same without running the site's suites."""
 
 from __future__ import annotations
 
@@ -25,7 +29,13 @@ def register(commands: Any) -> None:
         description="Run every GPUPolicyTest case under PATH with the server's engine (both phases) and report "
         "each case; exit 1 when one fails.",
     )
-    parser.add_argument("path", metavar="PATH", help="suite file or directory (searched recursively)")
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="suite file or directory (searched recursively); with several, each suite also loads the "
+        "documents of the others (a site directory's overlays and exceptions on top of the pack)",
+    )
     add_rules(parser, default="the suite's spec.rules, else PATH when it is a directory")
     parser.add_argument("-o", "--output", choices=("text", "junit"), default="text", help="report format")
     parser.set_defaults(run=run_tests)
@@ -35,14 +45,19 @@ def run_tests(args: argparse.Namespace) -> int:
     from webhook.authoring import report
     from webhook.authoring.suite import SuiteError, discover, run
 
-    if not os.path.exists(args.path):
-        raise UsageError(f"path not found: {args.path}")
-    default = args.path if os.path.isdir(args.path) else default_rules_dir()
+    for path in args.paths:
+        if not os.path.exists(path):
+            raise UsageError(f"path not found: {path}")
     try:
         unreadable: list[str] = []
-        suites = discover(args.path, args.rules, default, unreadable=_collect_warning(unreadable))
+        suites = []
+        for path in args.paths:
+            default = path if os.path.isdir(path) else default_rules_dir()
+            others = [p for p in args.paths if p != path]
+            found = discover(path, args.rules, default, _collect_warning(unreadable), [*others, *args.site])
+            suites.extend(found)
         if not suites:
-            raise UsageError(f"no GPUPolicyTest suites under {args.path}")
+            raise UsageError(f"no GPUPolicyTest suites under {', '.join(args.paths)}")
         if args.output == "junit":
             results = list(run(suites, load_ruleset))
             print(report.junit(results))

@@ -21,7 +21,7 @@ from webhook.kubeyaml import Document, YamlError, load_documents
 from .cel import CelCompileError, CelEnvironment, CompiledExpression
 from .exceptions import EXCEPTION_VALIDATOR, PolicyException, parse_exception, unknown_rules
 from .mutate import MUTATIONS, Mutation, build_mutation
-from .overlays import apply_overlays
+from .overlays import OVERLAID_BY, apply_overlays
 from .policy import Action, KindApi, LoadError, Match, Rule, RuleLoadError, SourceLocation, Validation
 from .ratcheting import rule_inputs
 from .resources import DEFAULT_ACCELERATORS, DEFAULT_DEVICE_CLASSES, Accelerators
@@ -73,7 +73,9 @@ class LoadResult:
 
 
 def rule_files(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
-    """YAML files under the given paths, sorted; `..data`-style ConfigMap internals are skipped."""
+    """YAML files under the given paths, sorted, each once (paths may overlap: `test rules/ rules/site/`);
+    `..data`-style ConfigMap internals are skipped."""
+    paths = list(paths)
     found: list[str] = []
     for path in paths:
         path = FsPath(path)
@@ -83,7 +85,12 @@ def rule_files(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
         for root, dirs, files in os.walk(path, followlinks=True):
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
             found.extend(os.path.join(root, f) for f in sorted(files) if f.endswith(RULE_SUFFIXES))
-    return found
+    if len(paths) < 2:
+        return found
+    unique: dict[str, str] = {}  # real path -> the first name it was found under
+    for file in found:
+        unique.setdefault(os.path.realpath(file), file)
+    return list(unique.values())
 
 
 _SUITES = frozenset({TEST_KIND})
@@ -411,6 +418,7 @@ def _compile_rule(document: Document, env: CelEnvironment, errors: list[LoadErro
         autogen=spec.get("autogen", True),
         ratcheting=spec.get("ratcheting", True),
         exceptable=spec.get("exceptable", True),
+        overlaid_by=annotations.get(OVERLAID_BY, ""),
         failure_policy=spec.get("failurePolicy", "Fail"),
         on_missing_context=spec.get("onMissingContext", "Allow"),
         needs_namespace=needs_namespace,

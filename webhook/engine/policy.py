@@ -106,6 +106,7 @@ class Rule:
     # on a target whose inputs the update left unchanged (evaluate.py, ratcheting.py)
     ratcheting: bool = True
     exceptable: bool = True  # false: no GPUPolicyException applies to it (exceptions.py)
+    overlaid_by: str = ""  # the GPUPolicyOverlays that changed it and what they set (overlays.py)
     # The object fields it reads or writes (ratcheting.py). None: any change counts (the whole object is
     # read, or the rule was not built by the loader)
     inputs: frozenset[tuple[str, ...]] | None = None
