@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from html import escape
 
 import yaml
 
@@ -55,37 +56,46 @@ def test_namespace_option_places_namespace_less_manifests(run, tmp_path):
     assert json.loads(out)["objects"][0]["rules"][0]["result"] == "fail"
 
 
-def test_missing_namespace_context_is_said_in_every_format(run, tmp_path):
-    manifest = tmp_path / "pod.yaml"
-    manifest.write_text(GPU_POD)
-    args = (str(manifest), "--rules", NS_RULES)
+def test_missing_namespace_context_is_folded_in_every_format(run, tmp_path):
+    """A rule not evaluated for want of namespace context: once per rule per run (count, reason, fix)
+    in every format; per object a list of rule names (json, yaml); PolicyReport keeps one skip per object."""
+    for name in ("a", "b", "c"):
+        (tmp_path / f"{name}.yaml").write_text(GPU_POD.replace("trainer", f"trainer-{name}"))
+    args = (str(tmp_path), "--rules", NS_RULES)
+    fix = "--namespace-objects FILE (e.g. `kubectl get namespace default -o yaml > namespaces.yaml`)"
     code, out, _ = run(*args, "-o", "table")
     assert code == 0
-    assert f"SKIP   no-gpu-namespaces: {NO_NAMESPACE_CONTEXT}" in out
-    assert f"1 objects with rules {NO_NAMESPACE_CONTEXT}" in out
-    rule_row = next(line for line in out.splitlines() if line.startswith("no-gpu-namespaces"))
-    assert rule_row.split()[6] == "1"  # the SKIPPED column
+    assert "  SKIP " not in out and "trainer-a" not in out  # nothing per object
+    assert f"{NO_NAMESPACE_CONTEXT}: no Namespace object for default (1 rules, 3 objects)" in out
+    assert fix in out
+    (row,) = [line.split() for line in out.splitlines() if line.startswith("no-gpu-namespaces")][1:]
+    assert row == ["no-gpu-namespaces", "3"]  # the folded table, after the per-rule one
 
-    summary = json.loads(run(*args, "-o", "json")[1])["summary"]
-    assert summary["objectsWithRulesNotEvaluated"] == 1 and summary["rules"]["no-gpu-namespaces"]["skip"] == 1
+    report = json.loads(run(*args, "-o", "json")[1])
+    assert [o["notEvaluated"] for o in report["objects"]] == [["no-gpu-namespaces"]] * 3
+    assert [o["rules"] for o in report["objects"]] == [[]] * 3
+    (folded,) = report["summary"]["notEvaluated"]
+    assert folded["rule"] == "no-gpu-namespaces" and folded["objects"] == 3 and fix in folded["fix"]
+    assert folded["reason"] == f"{NO_NAMESPACE_CONTEXT}: no Namespace object for default"
+    assert report["summary"]["objectsWithRulesNotEvaluated"] == 3
     as_yaml = yaml.safe_load(run(*args, "-o", "yaml")[1])
-    assert as_yaml["objects"][0]["rules"][0] == {
-        "rule": "no-gpu-namespaces",
-        "result": "skip",
-        "messages": [NO_NAMESPACE_CONTEXT],
-        "patched": False,
-    }
+    assert as_yaml["objects"][0]["notEvaluated"] == ["no-gpu-namespaces"]
+    assert as_yaml["summary"]["notEvaluated"] == report["summary"]["notEvaluated"]
 
     junit = ET.fromstring(run(*args, "-o", "junit")[1])
-    assert junit.get("skipped") == "1"
-    assert junit.find("./testsuite/testcase/skipped").get("message") == NO_NAMESPACE_CONTEXT
+    assert junit.get("skipped") == "1" and junit.get("tests") == "1"
+    (case,) = junit.iter("testcase")
+    assert case.get("name") == "3 objects not evaluated" and fix in case.find("skipped").get("message")
 
     (report,) = documents(run(*args, "-o", "policyreport")[1])
-    assert report["summary"]["skip"] == 1
-    assert report["results"][0]["result"] == "skip" and report["results"][0]["message"] == NO_NAMESPACE_CONTEXT
+    assert report["summary"]["skip"] == 3
+    assert {r["result"] for r in report["results"]} == {"skip"} and report["results"][0][
+        "message"
+    ] == NO_NAMESPACE_CONTEXT
 
     html = run(*args, "-o", "html")[1]
-    assert "Not evaluated" in html and NO_NAMESPACE_CONTEXT in html
+    assert "Not evaluated (1 rules, 3 objects)" in html and escape(fix) in html
+    assert "<td>Not evaluated</td>" not in html and 'class="r-skip"' not in html  # no row per object
 
 
 def test_an_evaluation_error_is_an_error_everywhere(run, tmp_path):
@@ -115,7 +125,14 @@ def test_unreadable_files_are_reported_and_the_rest_is_audited(run, tmp_path):
     (tmp_path / "c-pod.yaml").write_text(GPU_POD.replace("trainer", "fine"))
     code, out, err = run(str(tmp_path), "--rules", RULES, "-o", "json")
     assert code == 2  # the report is incomplete: a usage error, after the report
-    assert [o["name"] for o in json.loads(out)["objects"]] == ["fine"]
+    report = json.loads(out)
+    assert [o["name"] for o in report["objects"]] == ["fine"]
+    assert [p["origin"] for p in report["inputProblems"]] == [
+        str(tmp_path / "a-binary.yaml"),
+        str(tmp_path / "b-duplicate.yaml") + ":7:1",
+    ]
+    assert report["summary"]["inputProblems"] == 2
+    assert "2 inputs could not be read: the report lists them" in err
     assert "a-binary.yaml: not UTF-8 text" in err or "a-binary.yaml:1" in err
     assert "b-duplicate.yaml:7:1: invalid YAML: duplicate key 'apiVersion'" in err
     assert "Traceback" not in err

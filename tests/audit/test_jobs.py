@@ -75,3 +75,16 @@ def test_order_dependent_cluster_context_keeps_jobs_serial(run, tmp_path):
     )
     args = [str(root), "--rules", PACK_RULES, "-o", "json"]
     assert run(*args, "--jobs", "2") == run(*args, "--jobs", "1")
+
+
+@pytest.mark.parametrize("output", ["json", "yaml", "table", "policyreport", "junit", "html"])
+def test_the_folded_report_is_the_same_bytes_with_jobs(run, tmp_path, monkeypatch, output):
+    """Rules not evaluated (no Namespace object for `team-x`), folded in every format, and input
+    problems: --jobs 2 writes what --jobs 1 writes, byte for byte."""
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")  # PolicyReport's timestamp
+    root = _mixed(tmp_path)
+    (root / "b" / "zz-namespaces.yaml").unlink()
+    args = [str(root), "--rules", PACK_RULES, "--rules", NS_RULES, "-o", output, "-n", "team-x"]
+    one = run(*args, "--jobs", "1")
+    assert one == run(*args, "--jobs", "2")
+    assert "not evaluated: no namespace context" in one[1] and one[0] == 2

@@ -111,12 +111,14 @@ class ObjectResult:
 
     @property
     def findings(self) -> list[RuleOutcome]:
-        """What a reader must look at: failures, errors, warnings, audits, and rules not evaluated."""
-        return [o for o in self.outcomes if o.result != Result.PASS]
+        """What a reader must look at: failures, errors, warnings and audits (rules not evaluated are
+        folded: once per rule per run, see NotEvaluated)."""
+        return [o for o in self.outcomes if o.result is not Result.PASS and o.result is not _SKIP]
 
     @property
-    def not_evaluated(self) -> list[str]:
-        return [o.rule for o in self.outcomes if o.context_missing]
+    def not_evaluated(self) -> tuple[str, ...]:
+        """The rules not evaluated for want of namespace context (the only skips audit() keeps)."""
+        return tuple(o.rule for o in self.outcomes if o.result is _SKIP)
 
     def diff(self) -> str:
         """The patch as a unified diff of the object's YAML: what a reviewer wants to read."""
@@ -181,6 +183,8 @@ class Tally:
     blocked_objects: int = 0  # the apiserver would refuse them (Deny failures and errors under Fail)
     patched_objects: int = 0
     skipped_objects: int = 0  # objects with at least one rule not evaluated (no namespace context)
+    namespaces_without_context: set[str] = field(default_factory=set)  # where those objects are
+    problems: int = 0  # inputs that could not be read (each reported as an entry of its own)
     gpus: int = 0
     gpus_affected: int = 0
     namespaces: dict[str, Counter[str]] = field(default_factory=dict)  # namespace -> result -> objects
@@ -194,6 +198,7 @@ class Tally:
     rule_results: Counter[tuple[str, Result]] = field(default_factory=Counter)
     rule_patched: Counter[str] = field(default_factory=Counter)
     rule_gpus_affected: Counter[str] = field(default_factory=Counter)
+    live: bool = False  # a live cluster's audit: namespace context comes from its API, not the input
 
     def add(self, result: ObjectResult) -> None:
         worst = result.worst
@@ -202,8 +207,10 @@ class Tally:
         self.objects_by_worst[worst] += 1
         self.gpus += gpus
         self.blocked_objects += result.blocked
-        self.skipped_objects += result.incomplete
         namespace = result.ref.namespace or "(cluster)"
+        if result.incomplete:
+            self.skipped_objects += 1
+            self.namespaces_without_context.add(namespace)
         counts = self.namespaces.get(namespace)
         if counts is None:  # not setdefault(namespace, Counter()): that builds a Counter per object
             counts = self.namespaces[namespace] = Counter()
@@ -239,6 +246,8 @@ class Tally:
         self.blocked_objects += other.blocked_objects
         self.patched_objects += other.patched_objects
         self.skipped_objects += other.skipped_objects
+        self.namespaces_without_context.update(other.namespaces_without_context)
+        self.problems += other.problems
         self.gpus += other.gpus
         self.gpus_affected += other.gpus_affected
         for namespace, counts in other.namespaces.items():
@@ -290,6 +299,7 @@ class Tally:
             "blockedObjects": self.blocked_objects,
             "patchedObjects": self.patched_objects,
             "objectsWithRulesNotEvaluated": self.skipped_objects,
+            "inputProblems": self.problems,
             "gpus": self.gpus,
             "gpusAffected": self.gpus_affected,
             "rules": {
@@ -307,4 +317,44 @@ class Tally:
                 }
                 for name, counts in sorted(self.namespaces.items())
             },
+            "notEvaluated": [
+                {"rule": rule, "objects": objects, "reason": folded.reason, "fix": folded.fix}
+                for folded in [self.not_evaluated()]
+                if folded is not None
+                for rule, objects in folded.rules
+            ],
         }
+
+    def not_evaluated(self) -> NotEvaluated | None:
+        """The rules that could not be evaluated for want of namespace context, once each with
+        their count, the reason and the fix (None when every rule had its context)."""
+        rules = [(name, count.results[_SKIP]) for name, count in sorted(self.rules.items()) if count.results[_SKIP]]
+        if not rules:
+            return None
+        names = sorted(self.namespaces_without_context)
+        listed = " ".join(names[:_NAMED])
+        more = f" and {len(names) - _NAMED} more" if len(names) > _NAMED else ""
+        if self.live:
+            fix = "let the audit's account list and get namespaces, so that it reads their Namespace objects"
+        else:
+            fix = (
+                "add the Namespace objects to the input or pass --namespace-objects FILE "
+                f"(e.g. `kubectl get namespace {listed} -o yaml > namespaces.yaml`)"
+            )
+        return NotEvaluated(
+            rules, f"{NO_NAMESPACE_CONTEXT}: no Namespace object for {', '.join(names[:_NAMED])}{more}", fix
+        )
+
+
+_NAMED = 5  # namespaces a reason names before "and N more"
+
+
+@dataclass(frozen=True, slots=True)
+class NotEvaluated:
+    """Rules not evaluated for want of namespace context, folded: each once per run, with the
+    objects it could not judge, and the one reason and fix they share. Every format reports it so;
+    PolicyReport also keeps one `skip` result per rule and object (its schema asks for them)."""
+
+    rules: list[tuple[str, int]]  # (rule, objects), by rule name
+    reason: str
+    fix: str

@@ -7,14 +7,17 @@ else parsed document by document (libyaml's C composer and manifests.Documents),
 `kind: List` is unpacked as it is met. Only JSON files are read whole (orjson is far
 faster than any YAML loader, and a JSON file holds one document anyway).
 
-A file that cannot be read (not UTF-8, invalid YAML, a duplicate key) is reported through
-`problems` and the stream goes on with the next file; so are documents that are not
-Kubernetes objects (scalars, plain YAML, AdmissionReviews), which are never audited.
+A file that cannot be read (not UTF-8, invalid JSON) is reported through `problems` as an
+InputProblem and the stream goes on with the next file. YAML is split at its `---` lines (which
+YAML forbids inside any scalar), so a broken document (invalid YAML, a duplicate key) loses
+only itself, on stdin as in a file. Documents that are not Kubernetes objects (scalars, plain
+YAML, AdmissionReviews) go to `notes`: they are skipped, never audited.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -33,7 +36,25 @@ class SourceError(Exception):
     """An input that cannot be read or parsed: a usage error for the command (exit 2)."""
 
 
-Problem = Callable[[str], None]  # told "file:line: what is wrong"; the stream goes on
+STDIN = "<stdin>"  # how every message and report names standard input (`-` on the command line)
+
+
+class InputProblem(str):
+    """An input that could not be read: "origin: reason" as text, with its two parts for reports."""
+
+    origin: str
+    reason: str
+
+    def __new__(cls, origin: str, reason: str) -> InputProblem:
+        problem = super().__new__(cls, f"{origin}: {reason}")
+        problem.origin, problem.reason = origin, reason
+        return problem
+
+    def __getnewargs__(self) -> tuple[str, str]:  # type: ignore[override]
+        return (self.origin, self.reason)
+
+
+Problem = Callable[[str], None]  # told an InputProblem ("file:line: what is wrong"); the stream goes on
 
 
 def _raise(message: str) -> None:
@@ -78,26 +99,24 @@ def read_manifests(
     for path in manifest_files(paths):
         try:
             if path == "-":
-                yield from _documents(stdin or sys.stdin, "<stdin>", notes)
+                yield from _documents(stdin or sys.stdin, STDIN, notes, problems)
             elif path.endswith(".json"):
                 yield from _unpack(orjson.loads(Path(path).read_bytes()), path, 0, notes)
             else:
-                yield from _file_documents(path, notes)
+                yield from _file_documents(path, notes, problems)
         except orjson.JSONDecodeError as error:
-            problems(f"{path}: invalid JSON: {error}")
+            problems(InputProblem(path, f"invalid JSON: {error}"))
         except UnicodeDecodeError as error:
-            problems(f"{path}: not UTF-8 text (byte {error.start}): is it a binary file?")
+            problems(InputProblem(_name(path), f"not UTF-8 text (byte {error.start}): is it a binary file?"))
         except OSError as error:
-            problems(f"{path}: {error.strerror or error}")
-        except _YamlProblem as error:
-            problems(str(error))
+            problems(InputProblem(_name(path), str(error.strerror or error)))
 
 
-class _YamlProblem(Exception):
-    pass
+def _name(path: str) -> str:
+    return STDIN if path == "-" else path
 
 
-def _file_documents(path: str, notes: Problem) -> Iterator[Item]:
+def _file_documents(path: str, notes: Problem, problems: Problem) -> Iterator[Item]:
     """A YAML file: through rapidyaml when that reads it exactly as the reference loader, else libyaml."""
     if rapid.available() and os.path.getsize(path) <= rapid.MAX_BYTES:
         values = rapid.documents(Path(path).read_bytes())
@@ -109,17 +128,42 @@ def _file_documents(path: str, notes: Problem) -> Iterator[Item]:
                     yield from _unpack(document, path, index, notes)
             return
     with open(path, encoding="utf-8") as stream:
-        yield from _documents(stream, path, notes)
+        yield from _documents(stream, path, notes, problems)
 
 
-def _documents(stream: IO[str], name: str, notes: Problem) -> Iterator[Item]:
-    try:
-        for index, document in enumerate(Documents(stream, Loader)):
+# a document start marker: a line that is `---` alone or followed by a space (YAML forbids one inside a scalar)
+_DOCUMENT_START = re.compile(r"---(?:[ \t].*)?\r?\n?")
+
+
+def _chunks(stream: IO[str]) -> Iterator[tuple[int, str]]:
+    """The stream's text cut before each `---` line, with the line each piece starts on (0-based):
+    one document at a time in memory, and a piece libyaml parses alone as it would in the stream."""
+    lines: list[str] = []
+    start = 0
+    for number, line in enumerate(stream):
+        if line.startswith("---") and _DOCUMENT_START.fullmatch(line) and lines:
+            yield start, "".join(lines)
+            lines, start = [], number
+        lines.append(line)
+    if lines:
+        yield start, "".join(lines)
+
+
+def _documents(stream: IO[str], name: str, notes: Problem, problems: Problem) -> Iterator[Item]:
+    """Each document of a YAML stream; one that cannot be parsed is a problem and costs only itself."""
+    index = 0
+    for first_line, text in _chunks(stream):
+        try:
+            documents = list(Documents(text, Loader))
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f"{name}:{first_line + mark.line + 1}:{mark.column + 1}" if mark else f"{name}#{index}"
+            problems(InputProblem(where, f"invalid YAML: {getattr(error, 'problem', None) or error}"))
+            index += 1
+            continue
+        for document in documents:
             yield from _unpack(document, name, index, notes)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
-        raise _YamlProblem(f"{where}: invalid YAML: {getattr(error, 'problem', None) or error}") from None
+            index += 1
 
 
 _NOT_AUDITED = frozenset({"AdmissionReview", "GPUPolicy", "GPUPolicyTest", "GPUWebhookConfig", "List"})
@@ -156,12 +200,25 @@ def _unpack(document: Any, name: str, index: int, notes: Problem) -> Iterator[It
         hint = " (explain -f reads the object inside it)" if kind == "AdmissionReview" else ""
         notes(f"{where}: {kind} is not a workload manifest{hint}: skipped")
         return
-    if kind == "List" or (kind.endswith("List") and isinstance(document.get("items"), list)):
-        for position, item in enumerate(document.get("items") or []):
+    items = list_items(document)
+    if items is not None:
+        for position, item in enumerate(items):
             if isinstance(item, dict):
                 yield Item(item, f"{where}.items[{position}]")
         return
     yield Item(document, where)
+
+
+def list_items(document: dict[str, Any]) -> list[Any] | None:
+    """The items of a `kind: List` (kubectl get -o yaml) or a typed list (PodList), else None:
+    every door unpacks lists the same way."""
+    kind = document.get("kind")
+    if not isinstance(kind, str):
+        return None
+    if kind == "List" or (kind.endswith("List") and isinstance(document.get("items"), list)):
+        items = document.get("items")
+        return items if isinstance(items, list) else []
+    return None
 
 
 def read_namespaces(paths: Iterable[str], problems: Problem = _raise) -> dict[str, dict[str, Any]]:

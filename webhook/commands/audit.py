@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     from webhook.audit import Tally, audit, read_manifests
     from webhook.audit.context import NamespaceContext
     from webhook.audit.formats import make_report
-    from webhook.audit.sources import SourceError
+    from webhook.audit.sources import STDIN, InputProblem, SourceError
 
     if args.cluster == bool(args.paths):
         raise UsageError("give manifest PATHs or --cluster (one of the two)")
@@ -120,13 +120,14 @@ def run(args: argparse.Namespace) -> int:
 
     report = make_report(output, sys.stdout, actions, details=not args.summary, fail_on=args.fail_on)
     # only the formats that print diffs have them rendered (--jobs workers render before sending)
-    diffs = args.diff and (output in ("json", "yaml") or (output == "table" and not args.summary))
-    tally = Tally()
-    problems: list[str] = []
+    diffs = args.diff and (output in ("json", "yaml", "html") or (output == "table" and not args.summary))
+    tally = Tally(live=args.cluster)
 
-    def problem(message: str) -> None:  # reported at once, and the audit goes on with the rest
-        problems.append(message)
-        warn(message)
+    def problem(message: str) -> None:  # reported at once and in the report; the audit goes on with the rest
+        found = message if isinstance(message, InputProblem) else InputProblem(*_split(message, STDIN))
+        tally.problems += 1
+        report.problem(found)
+        warn(found)
 
     with _progress() as progress:
         try:
@@ -175,10 +176,19 @@ def run(args: argparse.Namespace) -> int:
 
     if args.apply:
         _apply(api, report)
-    if problems:
-        warn(f"{len(problems)} input problem{'s' if len(problems) != 1 else ''}: the report leaves those inputs out")
+    if tally.problems:
+        count = tally.problems
+        warn(
+            f"{count} input{'s' if count != 1 else ''} could not be read: the report lists {'them' if count != 1 else 'it'}"
+        )
         return EXIT_USAGE
     return EXIT_FAILED if tally.failed(args.fail_on) else EXIT_OK
+
+
+def _split(message: str, stdin: str) -> tuple[str, str]:
+    """(origin, reason) of a problem told as plain text ("path: reason"; `-` named as everywhere else)."""
+    origin, _, reason = message.partition(": ")
+    return (stdin if origin == "-" else origin), reason or message
 
 
 def _flush(report: Any) -> None:

@@ -86,7 +86,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _name(path: str) -> str:
     """A path as messages name it: stdin is `<stdin>`, as audit names it."""
-    return "<stdin>" if path == "-" else path
+    from webhook.audit.sources import STDIN
+
+    return STDIN if path == "-" else path
 
 
 def _check_namespace(obj: dict[str, Any] | None, namespace: str | None) -> None:
@@ -118,6 +120,7 @@ def _read(path: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
         mark = getattr(error, "problem_mark", None)
         where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
         raise UsageError(f"{where}: invalid YAML: {getattr(error, 'problem', None) or error}") from None
+    documents = _expanded(documents)
     if not all(isinstance(d, dict) and d.get("kind") and d.get("apiVersion") for d in documents):
         raise UsageError(f"{name}: every document must be a Kubernetes object (apiVersion and kind)")
     if len(documents) == 1 and documents[0].get("kind") == "AdmissionReview":
@@ -131,5 +134,19 @@ def _read(path: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     }
     subjects = [d for d in documents if d.get("kind") != "Namespace"] or documents
     if len(subjects) != 1:
-        raise UsageError(f"{name}: expected one object (and optionally its Namespace), found {len(subjects)}")
+        raise UsageError(
+            f"{name}: expected one object (and optionally its Namespace), found {len(subjects)}: "
+            "`gpu-webhook audit` reports on many"
+        )
     return subjects[0], namespaces
+
+
+def _expanded(documents: list[Any]) -> list[Any]:
+    """Documents with each `kind: List` replaced by its items, as audit reads them."""
+    from webhook.audit.sources import list_items
+
+    expanded: list[Any] = []
+    for document in documents:
+        items = list_items(document) if isinstance(document, dict) else None
+        expanded.extend([document] if items is None else items)
+    return expanded

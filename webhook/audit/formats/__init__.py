@@ -12,10 +12,13 @@ from typing import Protocol, TextIO
 from webhook.engine import Action
 
 from ..results import ObjectResult, Tally
+from ..sources import InputProblem
 
 
 class Report(Protocol):
     def add(self, result: ObjectResult) -> None: ...
+
+    def problem(self, problem: InputProblem) -> None: ...  # an input that could not be read, with its reason
 
     def finish(self, tally: Tally) -> None: ...
 

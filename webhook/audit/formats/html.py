@@ -1,5 +1,7 @@
-"""One self-contained HTML page: summary cards, SVG bar charts by rule and by namespace, and a
-sortable table of findings. No network: styles, charts and the sort script are all inline.
+"""One self-contained HTML page: summary cards, SVG bar charts by rule and by namespace, a
+sortable table of findings, each patch as a diff (collapsed), the rules not evaluated for want of
+namespace context (folded: each rule once, with its count, the reason and the fix) and the inputs
+that could not be read. No network: styles, charts and the sort script are all inline.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ from typing import TextIO
 from webhook.engine import Result
 
 from ..results import ObjectResult, Tally, text
+from ..sources import InputProblem
 
-FAIL, ERROR, WARN, AUDIT, PASS, SKIP = Result
+FAIL, ERROR, WARN, AUDIT, PASS, SKIP = Result.FAIL, Result.ERROR, Result.WARN, Result.AUDIT, Result.PASS, Result.SKIP
 
 # A cap on table rows keeps the page usable in a browser; the charts still count everything.
 MAX_ROWS = 20_000
+MAX_PATCHES = 1_000  # patches shown as diffs: each may be a few KiB
 _COLOURS = {FAIL: "#d64545", WARN: "#e8a33d", AUDIT: "#5b8def", ERROR: "#8e6bbf", SKIP: "#9aa0aa"}
 _LABELS: dict[str, str] = {FAIL: "Deny", WARN: "Warn", AUDIT: "Audit", ERROR: "Error", SKIP: "Not evaluated"}
 _SERIES = (FAIL, ERROR, WARN, AUDIT, SKIP)
@@ -34,6 +38,10 @@ th,td{padding:.4rem .6rem;border-bottom:1px solid #e4e6ea;text-align:left;vertic
 th{background:#eef0f4;cursor:pointer;user-select:none;white-space:nowrap}th:after{content:' \\2195';color:#99a}
 td.n{text-align:right}td.k{white-space:nowrap}.r-fail{color:#d64545;font-weight:600}.r-warn{color:#c07d12;font-weight:600}
 .r-audit{color:#3a6fd8}.r-error{color:#8e6bbf}.r-skip{color:#667}
+details{background:#fff;border-radius:6px;box-shadow:0 1px 3px #0002;margin:.3rem 0;padding:.4rem .8rem}
+summary{cursor:pointer}pre.diff{font-size:.85rem;overflow-x:auto;margin:.5rem 0 0}
+pre.diff .add{background:#e6ffec;color:#116329;display:block}pre.diff .del{background:#ffebe9;color:#82071e;display:block}
+pre.diff .hunk{color:#667;display:block}.fix{background:#fff;border-left:4px solid #9aa0aa;padding:.5rem .8rem}
 """
 
 # Sort on header click; numeric when both cells are numbers. Few lines on purpose: no library.
@@ -57,9 +65,22 @@ class HtmlReport:
         self.out = out
         self.rows: list[tuple[str, str, str, str, str, str, int, str]] = []
         self.dropped = 0
+        self.patches: list[tuple[str, str, str]] = []  # (object and origin, rules that patched, diff or operations)
+        self.patches_dropped = 0
+        self.problems: list[InputProblem] = []
+
+    def problem(self, problem: InputProblem) -> None:
+        self.problems.append(problem)
 
     def add(self, result: ObjectResult) -> None:
         ref = result.ref
+        if result.patch:
+            if len(self.patches) < MAX_PATCHES:
+                rules = ", ".join(o.rule for o in result.outcomes if o.patched)
+                shown = result.diff() or _operations(result.patch)  # the operations with --no-diff
+                self.patches.append((f"{ref} ({result.origin})", rules, shown))
+            else:
+                self.patches_dropped += 1
         for outcome in result.findings:
             if len(self.rows) >= MAX_ROWS:
                 self.dropped += 1
@@ -90,6 +111,7 @@ class HtmlReport:
             ("", "Would be patched", tally.patched_objects),
             ("", "Passed", by[PASS]),
             ("", "With rules not evaluated (no namespace context)", tally.skipped_objects),
+            ("fail", "Inputs not read", tally.problems),
             ("", "GPUs affected", f"{tally.gpus_affected} / {tally.gpus}"),
         ]
         parts = [
@@ -119,14 +141,73 @@ class HtmlReport:
         )
         for result, rule, namespace, kind, name, origin, gpus, message in self.rows:
             parts.append(
-                f'<tr><td class="r-{result}">{_LABELS[result]}</td><td class="k">{escape(rule)}</td><td>{escape(namespace)}</td>'
+                f'<tr><td class="r-{result}">{_LABELS.get(result, result.title())}</td><td class="k">{escape(rule)}</td><td>{escape(namespace)}</td>'
                 f'<td>{escape(kind)}</td><td>{escape(name)}</td><td>{escape(origin)}</td><td class="n">{gpus}</td>'
                 f"<td>{escape(message)}</td></tr>"
             )
         if not self.rows:
             parts.append('<tr><td colspan="8">No findings.</td></tr>')
-        parts += ["</tbody></table><script>", _SCRIPT, "</script></body></html>\n"]
+        parts.append("</tbody></table>")
+        parts += self._patches(tally) + _not_evaluated(tally) + self._problems()
+        parts += ["<script>", _SCRIPT, "</script></body></html>\n"]
         self.out.write("".join(parts))
+
+    def _patches(self, tally: Tally) -> list[str]:
+        """Each patch as the diff of the object's YAML, collapsed under a line naming the object."""
+        parts = [f'<h2 id="patches">Patches ({tally.patched_objects} objects would be patched)</h2>']
+        if self.patches_dropped:
+            parts.append(f'<p class="sub">Showing the first {MAX_PATCHES}; {self.patches_dropped} more not shown.</p>')
+        for name, rules, shown in self.patches:
+            parts.append(
+                f"<details><summary>{escape(name)}: {escape(rules)}</summary>"
+                f'<pre class="diff">{_diff_lines(shown)}</pre></details>'
+            )
+        if not self.patches:
+            parts.append('<p class="sub">No patches.</p>')
+        return parts
+
+    def _problems(self) -> list[str]:
+        if not self.problems:
+            return []
+        parts = [
+            f'<h2 id="problems">Inputs not read ({len(self.problems)})</h2>',
+            '<table class="sortable"><thead><tr><th>Input</th><th>Reason</th></tr></thead><tbody>',
+        ]
+        parts += (f"<tr><td>{escape(p.origin)}</td><td>{escape(p.reason)}</td></tr>" for p in self.problems)
+        parts.append("</tbody></table>")
+        return parts
+
+
+def _not_evaluated(tally: Tally) -> list[str]:
+    """The folded form: each rule once, with the objects it could not judge; the reason and fix once."""
+    folded = tally.not_evaluated()
+    if folded is None:
+        return []
+    return [
+        f'<h2 id="not-evaluated">Not evaluated ({len(folded.rules)} rules, {tally.skipped_objects} objects)</h2>',
+        f'<p class="fix">{escape(folded.reason)}<br>Fix: {escape(folded.fix)}</p>',
+        '<table class="sortable"><thead><tr><th>Rule</th><th>Objects</th></tr></thead><tbody>',
+        *(f'<tr><td class="k">{escape(rule)}</td><td class="n">{objects}</td></tr>' for rule, objects in folded.rules),
+        "</tbody></table>",
+    ]
+
+
+def _operations(patch: list[dict[str, object]]) -> str:
+    import orjson
+
+    return orjson.dumps(patch, option=orjson.OPT_INDENT_2, default=str).decode()
+
+
+def _diff_lines(diff: str) -> str:
+    """A unified diff with its added, removed and hunk lines marked for colour."""
+    out = []
+    for line in diff.splitlines():
+        if line.startswith(("@@", "+++ ", "--- ")):
+            kind = "hunk"
+        else:
+            kind = "add" if line.startswith("+") else "del" if line.startswith("-") else ""
+        out.append(f'<span class="{kind}">{escape(line)}</span>' if kind else escape(line) + "\n")
+    return "".join(out)
 
 
 def _bars(series: Sequence[tuple[str, Sequence[int]]], width: int = 560) -> str:

@@ -5,10 +5,14 @@ The format Policy Reporter and other tools read. Each of our rules is reported a
 Audit findings `warn`, evaluation errors `error`, rules not evaluated for want of namespace
 context `skip`, everything else that matched `pass`.
 Severity follows the rule's action: Deny high, Warn medium, Audit low.
+An input that could not be read is an `error` result of the policy `gpu-webhook-input` in the
+ClusterPolicyReport, its origin (file, file:line:column) in `properties.origin`.
+`SOURCE_DATE_EPOCH`, when set, is the results' timestamp (reproducible reports).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -19,6 +23,7 @@ import yaml
 from webhook.engine import Action, Result
 
 from ..results import ObjectResult, Tally, text
+from ..sources import InputProblem
 
 API_VERSION = "wgpolicyk8s.io/v1alpha2"
 REPORT_NAME = "gpu-webhook-audit"
@@ -34,6 +39,12 @@ _RESULT = {
 }
 _SEVERITY = {Action.DENY: "high", Action.WARN: "medium", Action.AUDIT: "low"}
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+INPUT_POLICY = "gpu-webhook-input"  # the results of inputs that could not be read
+
+
+def _now() -> int:
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "")
+    return int(epoch) if epoch.isdigit() else int(time.time())
 
 
 class PolicyReportBuilder:
@@ -42,7 +53,22 @@ class PolicyReportBuilder:
     def __init__(self, actions: Mapping[str, Action]) -> None:
         self.actions = actions
         self.results: dict[str, list[dict[str, Any]]] = {}  # namespace ("" = cluster scope) -> results
-        self.timestamp = {"seconds": int(time.time()), "nanos": 0}
+        self.timestamp = {"seconds": _now(), "nanos": 0}
+
+    def problem(self, problem: InputProblem) -> None:
+        self.results.setdefault("", []).append(
+            {
+                "policy": INPUT_POLICY,
+                "rule": "readable",
+                "result": "error",
+                "message": f"{problem.reason}: not audited",
+                "scored": True,
+                "source": SOURCE,
+                "timestamp": dict(self.timestamp),
+                "severity": "high",
+                "properties": {"origin": problem.origin},
+            }
+        )
 
     def add(self, result: ObjectResult) -> None:
         ref = result.ref
@@ -102,6 +128,9 @@ class PolicyReportReport:
 
     def add(self, result: ObjectResult) -> None:
         self.builder.add(result)
+
+    def problem(self, problem: InputProblem) -> None:
+        self.builder.problem(problem)
 
     def finish(self, tally: Tally) -> None:
         yaml.dump_all(self.builder.reports(), self.out, Dumper=_Dumper, sort_keys=False)

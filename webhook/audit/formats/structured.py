@@ -1,4 +1,9 @@
-"""JSON and YAML reports: `{objects: [...], summary: {...}}`, written object by object.
+"""JSON and YAML reports: `{objects: [...], inputProblems: [...], summary: {...}}`, written object by object.
+
+An object's entry lists the rules that judged it under `rules` and, folded, the names of the
+rules not evaluated for want of namespace context under `notEvaluated` (their count, reason and
+fix are in the summary's `notEvaluated`, once per rule). An input that could not be read is an
+entry of `inputProblems`: its origin (file, file:line:column) and the reason.
 
 The surrounding document is written by hand so that no list of objects is ever held:
 each object is serialised on arrival and forgotten. `object_entry` is what an object's entry
@@ -9,19 +14,28 @@ its bytes are made once; and the report goes out in blocks of about 64 KiB.
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any, TextIO
 
 import orjson
 
-from webhook.engine import RuleOutcome
+from webhook.engine import Result, RuleOutcome
 from webhook.kubeyaml import plain_yaml
 
 from ..results import ObjectResult, Tally
+from ..sources import InputProblem
+
+
+def problem_entry(problem: InputProblem) -> dict[str, str]:
+    return {"origin": problem.origin, "reason": problem.reason}
 
 
 def object_entry(result: ObjectResult) -> dict[str, Any]:
     entry = _head(result)
-    entry["rules"] = [_rule(o) for o in result.outcomes]
+    entry["rules"] = [_rule(o) for o in result.outcomes if o.result is not Result.SKIP]
+    folded = result.not_evaluated
+    if folded:
+        entry["notEvaluated"] = list(folded)
     if result.patch:
         entry["patch"] = result.patch
         diff = result.diff()
@@ -56,6 +70,8 @@ def _rule(outcome: RuleOutcome) -> dict[str, Any]:
     return entry
 
 
+_SKIP = Result.SKIP
+_RESULT = attrgetter("result")
 _BLOCK = 1 << 16  # bytes of report written at once
 _RULE_CACHE_LIMIT = 1 << 12  # distinct rule entries kept as bytes; cleared when full
 
@@ -70,13 +86,24 @@ class JsonEntries:
         # those are looked up by identity; each is kept here beside its bytes, so that its id cannot be
         # another object's while it is here
         self.shared: dict[int, tuple[RuleOutcome, bytes]] = {}
+        self.not_evaluated: dict[tuple[str, ...], bytes] = {}  # the folded names' bytes, per list of names
 
     def entry(self, result: ObjectResult) -> bytes:
         """orjson.dumps(object_entry(result), default=str), byte for byte (tests/audit/test_report_bytes.py)."""
         # the head's `}` gives way to the rules (then the patch and diff), as object_entry orders them
         shared, rule = self.shared.get, self.rule
-        rules = [found[1] if (found := shared(id(o))) is not None else rule(o) for o in result.outcomes]
-        parts = [orjson.dumps(_head(result))[:-1], b',"rules":[', b",".join(rules), b"]"]
+        if _SKIP in map(_RESULT, result.outcomes):
+            outcomes = [o for o in result.outcomes if o.result is not _SKIP]
+            names = tuple(o.rule for o in result.outcomes if o.result is _SKIP)
+            folded = self.not_evaluated.get(names)
+            if folded is None:
+                if len(self.not_evaluated) >= _RULE_CACHE_LIMIT:
+                    self.not_evaluated.clear()
+                folded = self.not_evaluated[names] = b',"notEvaluated":' + orjson.dumps(names)
+        else:
+            outcomes, folded = result.outcomes, b""
+        rules = [found[1] if (found := shared(id(o))) is not None else rule(o) for o in outcomes]
+        parts = [orjson.dumps(_head(result))[:-1], b',"rules":[', b",".join(rules), b"]", folded]
         if result.patch:
             # OPT_PASSTHROUGH_DATETIME is not set: YAML timestamps come out as RFC 3339 strings
             parts += (b',"patch":', orjson.dumps(result.patch, default=str))
@@ -109,6 +136,10 @@ class JsonReport:
         self.pending: list[bytes] = []
         self.size = 0
         self.entries = JsonEntries()
+        self.problems: list[InputProblem] = []
+
+    def problem(self, problem: InputProblem) -> None:
+        self.problems.append(problem)
 
     def add(self, result: ObjectResult) -> None:
         self.add_entry(self.entries.entry(result))
@@ -130,13 +161,20 @@ class JsonReport:
     def finish(self, tally: Tally) -> None:
         self.flush()
         self.out.write('{"objects":[' if self.first else "\n")
-        self.out.write('],\n"summary":' + orjson.dumps(tally.as_dict()).decode() + "}\n")
+        problems = b",\n".join(orjson.dumps(problem_entry(p)) for p in self.problems).decode()
+        self.out.write(
+            f'],\n"inputProblems":[{problems}],\n"summary":' + orjson.dumps(tally.as_dict()).decode() + "}\n"
+        )
 
 
 class YamlReport:
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.first = True
+        self.problems: list[InputProblem] = []
+
+    def problem(self, problem: InputProblem) -> None:
+        self.problems.append(problem)
 
     def add(self, result: ObjectResult) -> None:
         if self.first:
@@ -148,4 +186,5 @@ class YamlReport:
     def finish(self, tally: Tally) -> None:
         if self.first:
             self.out.write("objects: []\n")
-        self.out.write(plain_yaml({"summary": tally.as_dict()}, width=120))
+        problems = [problem_entry(p) for p in self.problems]
+        self.out.write(plain_yaml({"inputProblems": problems, "summary": tally.as_dict()}, width=120))

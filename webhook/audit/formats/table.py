@@ -1,5 +1,9 @@
 """Plain-text report for a terminal: each object with findings as it is audited, then summaries.
 
+An input that could not be read is a PROBLEM line where it was met. Rules not evaluated for want
+of namespace context are folded: one table at the end, each rule once with the objects it could
+not judge, under the reason and the fix they share.
+
 Plain aligned text rather than rich tables: it reads the same in a pipe, a CI log and a test.
 """
 
@@ -8,17 +12,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TextIO
 
-from webhook.engine import NO_NAMESPACE_CONTEXT, SEVERITY, Result
+from webhook.engine import SEVERITY, Result
 
 from ..results import ObjectResult, Tally, text
+from ..sources import InputProblem
 
-_LABEL = {Result.FAIL: "DENY", Result.ERROR: "ERROR", Result.WARN: "WARN", Result.AUDIT: "AUDIT", Result.SKIP: "SKIP"}
+_LABEL = {Result.FAIL: "DENY", Result.ERROR: "ERROR", Result.WARN: "WARN", Result.AUDIT: "AUDIT"}
 
 
 class TableReport:
     def __init__(self, out: TextIO, details: bool = True) -> None:
         self.out = out
         self.details = details
+
+    def problem(self, problem: InputProblem) -> None:
+        if self.details:
+            self.out.write(f"{problem.origin}\n  PROBLEM {problem.reason}: not audited\n\n")
 
     def add(self, result: ObjectResult) -> None:
         if not self.details or (not result.findings and not result.patch):
@@ -27,7 +36,7 @@ class TableReport:
         lines = [f"{result.ref}  ({result.origin}{gpus})"]
         for outcome in sorted(result.findings, key=lambda o: SEVERITY[o.result]):
             for message in outcome.messages or [text(outcome)]:
-                lines.append(f"  {_LABEL[outcome.result]:<6} {outcome.rule}: {message}")
+                lines.append(f"  {_LABEL.get(outcome.result, outcome.result.upper()):<6} {outcome.rule}: {message}")
         if result.patch:
             patched = ", ".join(o.rule for o in result.outcomes if o.patched)
             lines.append(f"  PATCH  {patched}: {len(result.patch)} operation(s)")
@@ -42,10 +51,9 @@ class TableReport:
             f"{tally.patched_objects} would be patched. "
             f"GPUs requested: {tally.gpus}, in objects with findings: {tally.gpus_affected}\n"
         )
-        if tally.skipped_objects:
+        if tally.problems:
             self.out.write(
-                f"{tally.skipped_objects} objects with rules {NO_NAMESPACE_CONTEXT} "
-                "(add their Namespace objects to the input or pass --namespace-objects FILE)\n"
+                f"{tally.problems} input{'s' if tally.problems != 1 else ''} could not be read (PROBLEM above)\n"
             )
         self.out.write("\n")
         rule_rows = [
@@ -85,6 +93,12 @@ class TableReport:
                 namespace_rows,
             )
         )
+        folded = tally.not_evaluated()
+        if folded is not None:
+            self.out.write(
+                f"\n{folded.reason} ({len(folded.rules)} rules, {tally.skipped_objects} objects)\nfix: {folded.fix}\n"
+            )
+            self.out.write(_table(["NOT EVALUATED", "OBJECTS"], folded.rules))
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
