@@ -43,6 +43,7 @@ class Decided:
     outcome: str  # allowed, patched, denied, error
     rule_results: list[tuple[str, str]] = field(default_factory=list)  # (rule, deny|warn|audit|would_deny)
     rule_errors: list[str] = field(default_factory=list)
+    exceptions_used: list[tuple[str, str]] = field(default_factory=list)  # (namespace/name, rule)
     offloaded: bool = False  # decided in the evaluation process
 
 
@@ -119,6 +120,7 @@ def respond(
         for bucket, action in ((decision.violations, "deny"), (decision.warnings, "warn"), (decision.audits, "audit")):
             decided.rule_results.extend((v.rule, "would_deny" if v.relaxed else action) for v in bucket)
         decided.rule_errors.extend(error.rule for error in decision.errors)
+        decided.exceptions_used.extend(decision.exceptions_used)
         _log_decision(review, decision, outcome, endpoint)
     except Exception:  # bookkeeping must never turn an answer into an error
         log.exception("recording the decision failed", extra={"uid": review.uid})
