@@ -193,6 +193,8 @@ def _admission_handler(pipeline: Pipeline) -> Callable[[web.Request], Any]:
             state.metrics.rejected.labels(str(result.status)).inc()
             return _closing(state, _problem(result.status, result.message))
         state.metrics.observe_rules(result.rule_results, result.rule_errors)
+        if result.exceptions_used:
+            state.metrics.observe_exceptions(result.exceptions_used)
         state.metrics.observe(endpoint, result.operation, result.kind, result.outcome, time.perf_counter() - started)
         return _closing(state, web.Response(body=result.answer, content_type="application/json"))
 
