@@ -4,6 +4,9 @@
 - PriorityClasses (scheduling.k8s.io/v1): `priorityClasses` / `defaultPriorityClass`.
 - ResourceClaims and ResourceClaimTemplates (resource.k8s.io/v1, GA in 1.34): what a pod's
   spec.resourceClaims refer to, so the engine knows whether they are GPUs.
+- GPUPolicyExceptions (gpu-webhook.io/v1alpha1, webhook/install/crds.py): the namespace's exceptions,
+  parsed once per change; an expired one stops applying by itself (the engine compares the expiry
+  with the request's time).
 
 `ClusterCaches` is what the server holds: it answers the namespace questions itself and fills
 the rest into the engine's AdmissionInput with dict reads only. A one-shot door (`audit --cluster`)
@@ -21,9 +24,18 @@ from urllib.parse import quote
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from webhook.engine import AdmissionInput, priority_class_table
+from webhook.engine import (
+    API_VERSION,
+    AdmissionInput,
+    PolicyException,
+    RuleLoadError,
+    parse_exception,
+    priority_class_table,
+)
+from webhook.install.crds import EXCEPTION
 
 from .connect import ClusterError
+from .policies import PolicyObjectCache
 from .watchcache import WatchCache
 
 log = logging.getLogger(__name__)
@@ -105,10 +117,50 @@ class ClaimCache(_DraCache):
     keep_status = False  # one claim per DRA pod: keep the spec, not the allocation
 
 
+class ExceptionCache(PolicyObjectCache):
+    """GPUPolicyExceptions of every namespace, parsed once per change (a CRD not installed: none)."""
+
+    resource = ("gpu-webhook.io", EXCEPTION.plural)
+
+    def __init__(self, api_client: ApiClient, **options: Any) -> None:
+        super().__init__(api_client, EXCEPTION, **options)
+        self._parsed: dict[str, tuple[PolicyException, ...]] = {}
+        self._parsed_of: tuple[int, str | None] | None = None
+        self._rejected: set[tuple[str, str, str]] = set()  # (namespace, name, resourceVersion) logged
+
+    def in_one(self, namespace: str) -> str:
+        """The collection of one namespace (a one-shot door scoped to it)."""
+        return f"/apis/{API_VERSION}/namespaces/{quote(namespace, safe='')}/{EXCEPTION.plural}"
+
+    def of(self, namespace: str) -> tuple[PolicyException, ...]:
+        """The valid exceptions of one namespace. One the admission check did not see (it was created
+        while the webhook was down) and that does not parse is left out, and logged once."""
+        version = (id(self._items), self._resource_version)
+        if version != self._parsed_of:
+            self._parsed = self._parse_all()
+            self._parsed_of = version
+        return self._parsed.get(namespace, ())
+
+    def _parse_all(self) -> dict[str, tuple[PolicyException, ...]]:
+        parsed: dict[str, list[PolicyException]] = {}
+        for namespace, objects in list(self._items.items()):
+            for name, obj in list(objects.items()):
+                try:
+                    exception = parse_exception(obj, f"{EXCEPTION.kind}/{namespace}/{name}")
+                except RuleLoadError as error:
+                    seen = (namespace, name, str((obj.get("metadata") or {}).get("resourceVersion")))
+                    if seen not in self._rejected:
+                        self._rejected.add(seen)
+                        log.warning("GPUPolicyException %s/%s ignored: %s", namespace, name, error)
+                    continue
+                parsed.setdefault(namespace, []).append(exception)
+        return {namespace: tuple(found) for namespace, found in parsed.items()}
+
+
 # (API group, plural) of what ClusterCaches reads: `list` (and `watch` in the server) on each is the
 # RBAC it needs; `get` too on namespaces (a miss, or an audit scoped to one namespace)
 CONTEXT_RESOURCES: tuple[tuple[str, str], ...] = tuple(
-    cache.resource for cache in (NamespaceCache, PriorityClassCache, ClaimCache, ClaimTemplateCache)
+    cache.resource for cache in (NamespaceCache, PriorityClassCache, ClaimCache, ClaimTemplateCache, ExceptionCache)
 )
 
 
@@ -120,15 +172,17 @@ class ClusterCaches:
     sees None (unknown) for what is missing.
     """
 
-    def __init__(self, api_client: ApiClient, *, dra: bool = True, **options: Any) -> None:
+    def __init__(self, api_client: ApiClient, *, dra: bool = True, exceptions: bool = True, **options: Any) -> None:
         self.namespaces = NamespaceCache(api_client, **options)
         self.priority_classes = PriorityClassCache(api_client, **options)
         self.claims = ClaimCache(api_client, **options) if dra else None
         self.templates = ClaimTemplateCache(api_client, **options) if dra else None
+        self.exceptions = ExceptionCache(api_client, **options) if exceptions else None
 
     @property
     def caches(self) -> list[WatchCache]:
-        return [c for c in (self.namespaces, self.priority_classes, self.claims, self.templates) if c is not None]
+        found = (self.namespaces, self.priority_classes, self.claims, self.templates, self.exceptions)
+        return [c for c in found if c is not None]
 
     # -- NamespaceSource ---------------------------------------------------------------------------
     @property
@@ -175,10 +229,10 @@ class ClusterCaches:
                 raise ClusterError(f"namespace {namespace} not found")
         else:
             _attempt(self.namespaces, self.namespaces.list_once, None, limit)
-        for cache in (self.priority_classes, self.claims, self.templates):
+        for cache in (self.priority_classes, self.claims, self.templates, self.exceptions):
             if cache is None:
                 continue
-            scoped = cache.in_one(namespace) if namespace and isinstance(cache, _DraCache) else None
+            scoped = cache.in_one(namespace) if namespace and isinstance(cache, _DraCache | ExceptionCache) else None
             try:
                 _attempt(cache, cache.list_once, scoped, limit, optional=True)
             except _Unavailable as error:
@@ -195,6 +249,8 @@ class ClusterCaches:
             admission.resource_claims = self.claims.in_namespace(namespace)
         if self.templates is not None and self.templates.synced:
             admission.resource_claim_templates = self.templates.in_namespace(namespace)
+        if self.exceptions is not None and namespace:
+            admission.exceptions = self.exceptions.of(namespace)
 
     async def resolve_claims(self, admission: AdmissionInput) -> None:
         """Before evaluating a Pod: GET the claims and templates its spec names that the watch lacks.

@@ -1,4 +1,4 @@
-"""Watch caches of the policy objects (GPUPolicy, GPUPolicyOverlay, GPUPolicyException), on watchcache.py.
+"""Watch caches of the policy objects (GPUPolicy, GPUPolicyOverlay; GPUPolicyException: caches.py), on watchcache.py.
 
 A cluster where the CRDs are not installed answers 404 to the list: the cache then counts as synced
 and empty (a server started before the CRDs must not stay unready), and lists again every
@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from webhook.install.crds import EXCEPTION, OVERLAY, POLICY, PolicyResource
+from webhook.install.crds import OVERLAY, POLICY, PolicyResource
 
 from .watchcache import WatchCache
 
@@ -84,15 +84,6 @@ def spec_version(objects: list[dict[str, Any]]) -> SpecVersion:
             )
         )
     return tuple(out)
-
-
-class ExceptionCache(PolicyObjectCache):
-    """GPUPolicyExceptions of every namespace: cluster context (ClusterCaches), not rules."""
-
-    resource = ("gpu-webhook.io", EXCEPTION.plural)  # (API group, plural): ClusterCaches' RBAC table
-
-    def __init__(self, api_client: ApiClient, **options: Any) -> None:
-        super().__init__(api_client, EXCEPTION, **options)
 
 
 class PolicyCaches:

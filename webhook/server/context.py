@@ -1,7 +1,7 @@
 """The engine's input for one admission request, with its cluster context.
 
-The context is the request's Namespace, the cluster's PriorityClasses and the DRA claims and
-claim templates of the namespace (the engine's ClusterContext). The server reads it from the
+The context is the request's Namespace, the cluster's PriorityClasses and the DRA claims, claim
+templates and GPUPolicyExceptions of the namespace (the engine's ClusterContext). The server reads it from the
 watch caches (webhook.kube.ClusterCaches, a `NamespaceSource`) without I/O in the usual case; a
 namespace or a claim that the watch has not delivered yet is looked up once with a bounded GET,
 so a namespace created a moment ago is not treated as unknown (which would switch tenant rules
@@ -76,5 +76,7 @@ async def snapshot(source: NamespaceSource, namespace: str) -> Snapshot:
     """
     scratch = AdmissionInput(object=None, namespace=namespace)
     source.fill(scratch)
-    cluster = ClusterContext(scratch.priority_classes, scratch.resource_claims, scratch.resource_claim_templates)
+    cluster = ClusterContext(
+        scratch.priority_classes, scratch.resource_claims, scratch.resource_claim_templates, scratch.exceptions
+    )
     return Snapshot(namespace, await _namespace_object(source, namespace), cluster)

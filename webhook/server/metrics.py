@@ -143,6 +143,20 @@ class Metrics:
             ["configuration"],
             registry=r,
         )
+        # GPUPolicyExceptions (webhook/kube/caches.py): labels are exception keys and rule names, capped
+        # with the rule series (whoever may create exceptions chooses their names)
+        self.exceptions_used = Counter(
+            "gpu_webhook_exceptions_used",
+            "Rules a GPUPolicyException let an object through, by exception (namespace/name) and rule.",
+            ["exception", "rule"],
+            registry=r,
+        )
+        self.policy_status_writes = Counter(
+            "gpu_webhook_policy_status_writes",
+            "Status writes of policy objects by this process (webhook/policies/status.py), by kind.",
+            ["kind"],
+            registry=r,
+        )
         self.cert_reloads = Counter("gpu_webhook_certificate_reloads", "Serving certificate reloads.", registry=r)
         self.cert_reload_failures = Counter(
             "gpu_webhook_certificate_reload_failures",
@@ -151,7 +165,7 @@ class Metrics:
         )
         # labels() costs ~1 µs per call (validation, lock); the children are looked up once per label set.
         self._per_request: dict[tuple[str, str, str, str], tuple[Any, Any]] = {}
-        self._per_rule: dict[tuple[str, str], Any] = {}
+        self._per_rule: dict[tuple[str, ...], Any] = {}
         self._rendering: asyncio.Future[bytes] | None = None
 
     def observe(self, endpoint: str, operation: str, kind: str, decision: str, seconds: float) -> None:
@@ -175,6 +189,18 @@ class Metrics:
             self._rule_child(self.rule_results, rule, action).inc()
         for rule in errors:
             self._rule_child(self.rule_errors, rule).inc()
+
+    def observe_exceptions(self, used: list[tuple[str, str]]) -> None:
+        """(exception, rule): each rule an exception let through in one decision."""
+        for exception, rule in used:
+            key = (self.exceptions_used._name, exception, rule)
+            child = self._per_rule.get(key)
+            if child is None:
+                if len(self._per_rule) >= MAX_RULE_SERIES:
+                    child = self.exceptions_used.labels(OTHER, OTHER)
+                else:
+                    child = self._per_rule[key] = self.exceptions_used.labels(exception, rule)
+            child.inc()
 
     def _rule_child(self, metric: Any, rule: str, *rest: str) -> Any:
         key = (metric._name, rule, *rest)
