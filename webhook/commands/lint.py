@@ -40,18 +40,27 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(errors)} error{'s' if len(errors) != 1 else ''}", file=sys.stderr)
         return EXIT_FAILED
     # one line on success, so a clean run is told from one that checked nothing (an empty directory)
-    rules, files = _counts(paths)
-    print(f"{rules} rule{'s' if rules != 1 else ''} in {files} file{'s' if files != 1 else ''}: no problems")
+    rules, files, overlays, exceptions = _counts(paths)
+    site = "".join(
+        f", {count} {name}{'s' if count != 1 else ''}"
+        for count, name in ((overlays, "overlay"), (exceptions, "exception"))
+        if count
+    )
+    print(f"{rules} rule{'s' if rules != 1 else ''} in {files} file{'s' if files != 1 else ''}{site}: no problems")
     return EXIT_OK
 
 
-def _counts(paths: list[str]) -> tuple[int, int]:
-    """GPUPolicy documents, and the files holding any, under `paths` (suites beside the rules not counted).
+def _counts(paths: list[str]) -> tuple[int, int, int, int]:
+    """GPUPolicy documents and the files holding any, GPUPolicyOverlay and GPUPolicyException documents,
+    under `paths` (suites beside the rules not counted).
 
     Read from the YAML node tree, kinds only: the rules have just loaded without a problem, so this
     is what the loader counted, without compiling them a second time."""
-    from webhook.engine import POLICY_KIND, rule_files
+    from webhook.engine import EXCEPTION_KIND, OVERLAY_KIND, POLICY_KIND, rule_files
     from webhook.kubeyaml import document_kinds
 
-    per_file = [document_kinds(Path(file).read_text(encoding="utf-8")).count(POLICY_KIND) for file in rule_files(paths)]
-    return sum(per_file), sum(1 for n in per_file if n)
+    kinds = [document_kinds(Path(file).read_text(encoding="utf-8")) for file in rule_files(paths)]
+    per_file = [found.count(POLICY_KIND) for found in kinds]
+    overlays = sum(found.count(OVERLAY_KIND) for found in kinds)
+    exceptions = sum(found.count(EXCEPTION_KIND) for found in kinds)
+    return sum(per_file), sum(1 for n in per_file if n), overlays, exceptions

@@ -12,6 +12,7 @@ A rule with `spec.exceptable: false` is never excepted, whatever reached the clu
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -115,7 +116,8 @@ def unknown_rules(exception: PolicyException, rules: Mapping[str, bool]) -> list
     problems = []
     for rule in sorted(exception.rules):
         if rule not in rules:
-            problems.append(f"spec.rules: no rule named {rule!r}")
+            hint = difflib.get_close_matches(rule, list(rules), n=1)
+            problems.append(f"spec.rules: no rule named {rule!r}" + (f" (did you mean {hint[0]!r}?)" if hint else ""))
         elif not rules[rule]:
             problems.append(f"spec.rules: rule {rule!r} cannot be excepted (spec.exceptable: false)")
     return problems

@@ -62,7 +62,19 @@ def export(
         raise ValueError(f"Kubernetes {release}: ValidatingAdmissionPolicy is GA from 1.30; export needs 1.30 or later")
     exporter = RuleExporter(ruleset.accelerators, release, NativeEnvironment(), claims)
     result = Export(release, claims=claims)
+    # a native policy cannot read GPUPolicyExceptions (nor compare their expiry with the time): a rule
+    # the given exceptions name stays with the webhook, so the cluster answers as `audit` does
+    excepted = {rule: exception.key for exception in ruleset.exceptions for rule in sorted(exception.rules)}
     for rule in ruleset.rules:
+        if rule.name in excepted:
+            result.refused.append(
+                Refusal(
+                    rule.name,
+                    f"GPUPolicyException {excepted[rule.name]} lets objects through it, and an admission policy "
+                    "cannot read exceptions: the webhook keeps the rule",
+                )
+            )
+            continue
         try:
             result.rules.append(exporter.export(rule, want_vap=target != "map", want_map=target != "vap"))
         except NotNative as reason:
