@@ -86,6 +86,8 @@ class WorkingCopy:
         pod_specs = [get_path(self.working, path) for path in target.pod_specs]
         facts = TargetFacts(version=version, pod_specs=pod_specs, containers=pod_containers(pod_specs), gpus=0)
         accelerators = self.accelerators
+        if not target.root and self.working.get("kind") in CLAIM_KINDS:
+            facts.own_claims = [own_claim_summary(accelerators, self.working)]
         if (
             cached is not None
             and self.patcher is not None
@@ -117,6 +119,24 @@ class WorkingCopy:
         return any(accelerators.container_uses_accelerator_claims(container, c) for c in self.facts(target).claims)
 
 
+CLAIM_KINDS = frozenset({"ResourceClaim", "ResourceClaimTemplate"})
+
+
+def own_claim_summary(accelerators: Accelerators, obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The claim (or template) under admission as CEL's `deviceClaims` shows a pod's claims.
+
+    So one rule reads the devices, classes and pinned MIG profiles of a claim the same way whether
+    the claim is admitted itself or resolved for a pod that uses it.
+    """
+    kind = str(obj.get("kind"))
+    metadata = obj.get("metadata")
+    name = str(metadata.get("name", "")) if is_map(metadata) else ""
+    spec = obj.get("spec")
+    if kind == "ResourceClaimTemplate":
+        spec = spec.get("spec") if is_map(spec) else None
+    return accelerators.claim_summary(name, kind, name, spec if is_map(spec) else {})
+
+
 def object_accelerators(
     accelerators: Accelerators,
     admission: AdmissionInput,
@@ -144,6 +164,8 @@ class TargetFacts:
     containers: list[Any]
     gpus: int
     claims: list[PodClaims] = field(default_factory=list)  # per pod spec, in pod_specs order
+    # a ResourceClaim or ResourceClaimTemplate under admission, summarised as its pods' claims are
+    own_claims: list[dict[str, Any]] = field(default_factory=list)
     _container_gpus: dict[str, int] | None = None
     _quantities: dict[str, float] | None = None
     _accelerated: bool | None = None
@@ -162,10 +184,15 @@ class TargetFacts:
     def accelerated(self) -> bool:
         """Whether the target asks for accelerators, as `gpu:` matching counts them (once per facts, not per rule).
 
-        An unresolved DRA claim counts as an accelerator (resources.py explains why).
+        An unresolved DRA claim counts as an accelerator (resources.py explains why). A
+        ResourceClaim or template under admission is accelerated when it asks for accelerator classes.
         """
         if self._accelerated is None:
-            self._accelerated = self.gpus > 0 or any(claims.unresolved for claims in self.claims)
+            self._accelerated = (
+                self.gpus > 0
+                or any(claims.unresolved for claims in self.claims)
+                or any(claim["accelerator"] for claim in self.own_claims)
+            )
         return self._accelerated
 
     def container_gpus(self, accelerators: Accelerators) -> dict[str, int]:

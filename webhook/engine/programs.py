@@ -314,7 +314,7 @@ class Programs:
         if "targetWholeGpuCount" in references:
             variables["targetWholeGpuCount"] = facts.whole_gpus(self.ruleset.accelerators)
         if "deviceClaims" in references:
-            variables["deviceClaims"] = [claim for claims in facts.claims for claim in claims.items]
+            variables["deviceClaims"] = [claim for claims in facts.claims for claim in claims.items] + facts.own_claims
         if "containerGpus" in references:
             variables["containerGpus"] = facts.container_gpus(self.ruleset.accelerators)
         if "quantities" in references:

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import celsyntax
 from .pointer import is_map
 from .quantity import MAX_EXPONENT, QuantityError, parse_quantity, quantity_of
 
@@ -63,6 +64,14 @@ DEFAULT_SLICE_DEVICE_CLASSES: tuple[str, ...] = ("mig.nvidia.com",)
 # an accelerator resource. A DeviceClass's own `spec.extendedResourceName` (any extended resource
 # name the admin picks) lives in the cluster: the admin who sets it lists it in acceleratorResources.
 DEVICE_CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
+
+# MIG through DRA: NVIDIA's k8s-dra-driver-gpu publishes each MIG device with the attribute `profile`
+# ("1g.10gb") in its driver's domain (cmd/gpu-kubelet-plugin/deviceinfo.go, MigDeviceInfo.GetDevice),
+# and its mig.nvidia.com DeviceClass selects `device.attributes['gpu.nvidia.com'].type == 'mig'`
+# and no profile: the claim's own CEL selectors pin it, if they do (pinned_profiles).
+MIG_PROFILE_DOMAIN = "gpu.nvidia.com"
+MIG_PROFILE_ATTRIBUTE = "profile"
+ANY_PROFILE = "*"  # what selectors that pin no profile may get
 
 
 def _split(patterns: Iterable[str]) -> tuple[frozenset[str], tuple[str, ...]]:
@@ -253,6 +262,9 @@ class Accelerators:
             "devices": 0,
             "wholeDevices": 0,  # devices of classes that are no slices (is_slice_class)
             "requests": {},
+            # per device class a request (or firstAvailable alternative) names: the MIG profiles its
+            # selectors pin, or [ANY_PROFILE]
+            "selections": [],
         }
         if not isinstance(spec, Mapping):
             summary["accelerator"] = bool(source)  # unresolved: an accelerator until shown otherwise
@@ -260,6 +272,7 @@ class Accelerators:
         devices = spec.get("devices")
         requests = devices.get("requests") if isinstance(devices, Mapping) else None
         classes: list[str] = []
+        selections: list[dict[str, Any]] = summary["selections"]
         for request in requests if isinstance(requests, list) else []:
             if not isinstance(request, Mapping):
                 continue
@@ -274,6 +287,8 @@ class Accelerators:
                 device_class = option.get("deviceClassName")
                 if isinstance(device_class, str):
                     classes.append(device_class)
+                    profiles = pinned_profiles(option.get("selectors"))
+                    selections.append({"deviceClass": device_class, "profiles": profiles})
                 if self.is_accelerator_class(device_class):
                     count = max(count, _device_count(option))
                     if not self.is_slice_class(device_class):
@@ -353,6 +368,114 @@ class PodClaims:
 
 
 NO_CLAIMS = PodClaims()
+
+
+def pinned_profiles(selectors: Any) -> list[str]:
+    """The MIG profiles a request's selectors allow at most; [ANY_PROFILE] when they pin none.
+
+    Every selector must hold (resource.k8s.io/v1 DeviceSelector), so one that pins the profile is
+    enough, and several pin what they share. A selector pins it only when its CEL expression is,
+    at its top, a chain of `&&` with a term `device.attributes['gpu.nvidia.com'].profile == '<p>'`
+    (either side) or `... .profile in ['<p>', ...]`: anything else (`||`, `!=`, `?:`, a capacity
+    test, a regex, a profile in another domain) proves nothing, so such a request may get any profile.
+    """
+    pinned: set[str] | None = None
+    for selector in selectors if isinstance(selectors, list) else []:
+        cel = selector.get("cel") if isinstance(selector, Mapping) else None
+        expression = cel.get("expression") if isinstance(cel, Mapping) else None
+        found = _expression_profiles(expression) if isinstance(expression, str) else None
+        if found is not None:
+            pinned = found if pinned is None else pinned & found
+    return [ANY_PROFILE] if pinned is None else sorted(pinned)
+
+
+def _expression_profiles(expression: str) -> set[str] | None:
+    try:
+        found = celsyntax.tokens(expression)[:-1]  # without the `end` token
+    except celsyntax.CelSyntaxError:
+        return None
+    terms: list[list[celsyntax.Token]] = [[]]
+    depth = 0
+    for token in found:
+        if token.text in ("(", "[", "{"):
+            depth += 1
+        elif token.text in (")", "]", "}"):
+            depth -= 1
+        elif depth == 0 and token.text in ("||", "?", ":"):
+            return None  # the top is no chain of `&&`
+        if depth == 0 and token.text == "&&":
+            terms.append([])
+        else:
+            terms[-1].append(token)
+    pinned: set[str] | None = None
+    for term in terms:
+        profiles = _term_profiles(term)
+        if profiles is not None:
+            pinned = profiles if pinned is None else pinned & profiles
+    return pinned
+
+
+def _term_profiles(term: list[celsyntax.Token]) -> set[str] | None:
+    """{p} for `<profile> == 'p'` or `'p' == <profile>`; the list's items for `<profile> in [...]`."""
+    texts = [t.text for t in term]
+    for operator in ("==", "in"):
+        if texts.count(operator) != 1:
+            continue
+        at = texts.index(operator)
+        left, right = term[:at], term[at + 1 :]
+        if _is_profile_attribute(left):
+            values = _string_list(right) if operator == "in" else _single_string(right)
+        elif operator == "==" and _is_profile_attribute(right):
+            values = _single_string(left)
+        else:
+            continue
+        return set(values) if values is not None else None
+    return None
+
+
+def _is_profile_attribute(tokens: list[celsyntax.Token]) -> bool:
+    """`device.attributes['gpu.nvidia.com'].profile` or `device.attributes['gpu.nvidia.com']['profile']`."""
+    texts = [t.text for t in tokens]
+    if len(tokens) < 8 or texts[:4] != ["device", ".", "attributes", "["]:
+        return False
+    if _literal(tokens[4]) != MIG_PROFILE_DOMAIN or texts[5] != "]":
+        return False
+    rest = tokens[6:]
+    if [t.text for t in rest] == [".", MIG_PROFILE_ATTRIBUTE]:
+        return True
+    return len(rest) == 3 and rest[0].text == "[" and _literal(rest[1]) == MIG_PROFILE_ATTRIBUTE and rest[2].text == "]"
+
+
+def _single_string(tokens: list[celsyntax.Token]) -> list[str] | None:
+    value = _literal(tokens[0]) if len(tokens) == 1 else None
+    return None if value is None else [value]
+
+
+def _string_list(tokens: list[celsyntax.Token]) -> list[str] | None:
+    if len(tokens) < 2 or tokens[0].text != "[" or tokens[-1].text != "]":
+        return None
+    values: list[str] = []
+    for index, token in enumerate(tokens[1:-1]):
+        if index % 2 == 1:
+            if token.text != ",":
+                return None
+            continue
+        value = _literal(token)
+        if value is None:
+            return None
+        values.append(value)
+    return values
+
+
+def _literal(token: celsyntax.Token) -> str | None:
+    """A plain string literal's value: 'x' or "x", no escapes, no raw or bytes prefix, not triple-quoted."""
+    text = token.text
+    if token.kind != "string" or len(text) < 2 or text[0] not in "'\"" or text[-1] != text[0]:
+        return None
+    value = text[1:-1]
+    if "\\" in value or text[0] in value:
+        return None
+    return value
 
 
 def _device_count(request: Mapping[str, Any]) -> int:
