@@ -16,7 +16,10 @@ if TYPE_CHECKING:
 
     from kubernetes.client import ApiClient
 
+    from webhook.kube.policies import PolicyCaches
+    from webhook.policies.status import StatusWriter
     from webhook.server import NamespaceSource, RegistrationSource, Server, ServerConfig
+    from webhook.server.metrics import Metrics
 
 MODES = ("enforce", "audit")  # webhook.engine.Mode's values: the parser does not import the engine
 
@@ -66,6 +69,15 @@ def register(commands: argparse._SubParsersAction) -> None:
         default="auto",
         help="watch Namespaces (namespaceObject), PriorityClasses and DRA claims (auto: when in a cluster or "
         "given --kubeconfig/--context; off: the rules that need them cannot act, and the server says which)",
+    )
+    parser.add_argument(
+        "--policies",
+        choices=["auto", "files", "cluster", "both"],
+        default="auto",
+        help="where rules come from: files (--rules/--site, the pack by default), cluster (GPUPolicy and "
+        "GPUPolicyOverlay objects), or both, loaded together (a rule name in both is an error). auto "
+        "(default): both when there is a cluster connection (see --namespaces), else files; a cluster "
+        "without the CRDs then simply has no policy objects. Uses the connection of --namespaces",
     )
     parser.add_argument("--kubeconfig", help="kubeconfig for the namespace watch (default: in-cluster)")
     parser.add_argument("--context", help="kubeconfig context for the namespace watch")
@@ -130,6 +142,61 @@ def _cluster(args: argparse.Namespace) -> ApiClient | None:
         return connect(args.kubeconfig, args.context)
     except ClusterError as error:
         raise UsageError(str(error)) from None
+
+
+def policy_sources(args: argparse.Namespace, connected: bool) -> tuple[bool, bool]:
+    """(files, cluster): where the rules come from. auto is both with a cluster connection, else files:
+    a server that has never seen a GPUPolicy keeps serving its files as before, and one in a cluster
+    picks policy objects up as soon as the CRDs are installed, without a flag to change."""
+    wanted = args.policies
+    if wanted == "auto":
+        wanted = "both" if connected else "files"
+    if wanted != "files" and not connected:
+        raise UsageError(
+            f"--policies {args.policies} reads GPUPolicy objects from a cluster: give --kubeconfig/--context, "
+            "run in a pod, or --namespaces watch"
+        )
+    return wanted != "cluster", wanted != "files"
+
+
+def _policy_caches(api_client: ApiClient, timeout: float = 10.0) -> PolicyCaches:
+    """The policy objects' watch caches, started and (for up to `timeout` seconds) listed, so that the
+    first load already holds them; the server is not ready until a load has (webhook/server/app.py)."""
+    from webhook.kube.policies import PolicyCaches
+
+    caches = PolicyCaches(api_client)
+    caches.start()
+    if not caches.wait_synced(timeout):
+        _log().warning("policy objects not listed within %.0fs; loading the files first", timeout)
+    return caches
+
+
+def _status_writer(api_client: ApiClient, server: Server, metrics: Metrics, caches: PolicyCaches) -> StatusWriter:
+    """Writes this replica's view into each policy object's status; the pod is POD_NAME in POD_NAMESPACE
+    (the Deployment's downward API), else the host name, and then gone replicas cannot be told."""
+    import socket
+
+    from webhook.kube import rest
+    from webhook.policies.status import StatusWriter
+
+    replica = os.environ.get("POD_NAME") or socket.gethostname()
+    namespace = os.environ.get("POD_NAMESPACE")
+    exists = None
+    if namespace:
+
+        def exists(name: str) -> bool:
+            answer = rest.send(api_client, "GET", f"/api/v1/namespaces/{namespace}/pods/{name}", timeout=(2, 5))
+            answer.read()
+            return bool(answer.status != 404)
+
+    return StatusWriter(
+        api_client,
+        server.state.rules,
+        caches,
+        replica,
+        replica_exists=exists,
+        on_write=lambda kind: metrics.policy_status_writes.labels(kind).inc(),
+    )
 
 
 def _namespace_cache(api_client: ApiClient | None) -> NamespaceSource | None:
@@ -258,23 +325,38 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(config: ServerConfig, args: argparse.Namespace, writer: bool = True) -> int:
+    import dataclasses
+
     from webhook.server import Server
 
     # in the worker itself: the namespace watch and registration threads would not survive a fork
     api_client = _cluster(args)
+    files, cluster = policy_sources(args, api_client is not None)
+    if not files:
+        config = dataclasses.replace(config, rules=[])
+    caches = _policy_caches(api_client) if cluster and api_client is not None else None
     try:
-        server = Server(config, namespaces=_namespace_cache(api_client))
+        server = Server(config, namespaces=_namespace_cache(api_client), policies=caches)
     except (ValueError, OSError) as error:
         raise UsageError(f"cannot start:\n{error}") from None
+    status = None
     if api_client is not None:
         server.state.registration = _registration(args, api_client, server, writer)
+        if caches is not None and writer:
+            status = _status_writer(api_client, server, server.metrics, caches)
+            status.start()
     # the line the other commands print on stderr (common.load_ruleset), as a structured log line
     ruleset = server.state.rules.ruleset
     assert ruleset is not None  # Server() raises when the rules do not load
     _log().info(
         describe_rules(len(ruleset.rules), config.rules), extra={"rules": len(ruleset.rules), "sources": config.rules}
     )
-    _runner(args.loop)(server.run())
+    try:
+        _runner(args.loop)(server.run())
+    finally:
+        for background in (status, caches):
+            if background is not None:
+                background.stop()
     return 0
 
 
