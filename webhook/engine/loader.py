@@ -24,7 +24,7 @@ from .mutate import MUTATIONS, Mutation, build_mutation
 from .overlays import OVERLAID_BY, apply_overlays
 from .policy import Action, KindApi, LoadError, Match, Rule, RuleLoadError, SourceLocation, Validation
 from .ratcheting import rule_inputs
-from .resources import DEFAULT_ACCELERATORS, DEFAULT_DEVICE_CLASSES, Accelerators
+from .resources import Accelerators
 from .ruleset import RuleSet
 from .schema import (
     API_VERSION,
@@ -130,8 +130,7 @@ def compile_documents(documents: list[Document], errors: list[LoadError] | None 
     overlays: list[Document] = []
     exception_documents: list[Document] = []
     sorted_into = {POLICY_KIND: policies, OVERLAY_KIND: overlays, EXCEPTION_KIND: exception_documents}
-    accelerators = list(DEFAULT_ACCELERATORS)
-    device_classes = list(DEFAULT_DEVICE_CLASSES)
+    accelerator_settings: dict[str, Any] = {}  # GPUWebhookConfig spec keys; a later document's win
     for document in documents:
         data = document.data
         if data is None:
@@ -147,9 +146,7 @@ def compile_documents(documents: list[Document], errors: list[LoadError] | None 
             continue  # test suites live beside the rules; `gpu-webhook test` reads them
         if kind == CONFIG_KIND:
             if _schema_errors(document, _CONFIG_VALIDATOR, errors, None):
-                config = data.get("spec") or {}
-                accelerators = list(config.get("acceleratorResources", accelerators))
-                device_classes = list(config.get("acceleratorDeviceClasses", device_classes))
+                accelerator_settings.update(data.get("spec") or {})
             continue
         if kind in sorted_into and data.get("apiVersion") == API_VERSION:
             sorted_into[kind].append(document)
@@ -176,7 +173,7 @@ def compile_documents(documents: list[Document], errors: list[LoadError] | None 
     for document in valid:
         named[document.data["metadata"]["name"]] = document.data["spec"].get("exceptable", True)
 
-    env = CelEnvironment(Accelerators.from_patterns(accelerators, device_classes))
+    env = CelEnvironment(Accelerators.from_config(accelerator_settings))
     rules: list[Rule] = []
     seen: dict[str, SourceLocation] = {}
     for document in valid:
