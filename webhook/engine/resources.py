@@ -134,6 +134,17 @@ class Accelerators:
             slice_class_prefixes=slice_class_prefixes,
         )
 
+    @classmethod
+    def from_config(cls, settings: Mapping[str, Any]) -> Accelerators:
+        """The table a GPUWebhookConfig's spec gives (schema.py CONFIG_SCHEMA); each key left out keeps its default."""
+        return cls.from_patterns(
+            settings.get("acceleratorResources", DEFAULT_ACCELERATORS),
+            settings.get("acceleratorDeviceClasses", DEFAULT_DEVICE_CLASSES),
+            shares=settings.get("acceleratorShareResources", DEFAULT_SHARE_RESOURCES),
+            slices=settings.get("acceleratorSliceResources", DEFAULT_SLICE_RESOURCES),
+            slice_classes=settings.get("acceleratorSliceDeviceClasses", DEFAULT_SLICE_DEVICE_CLASSES),
+        )
+
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and (name in self.exact or name.startswith(self.prefixes))
 
