@@ -175,7 +175,10 @@ CONFIG_SCHEMA: dict[str, Any] = {
                     "type": "array",
                     "minItems": 1,
                     "items": {"type": "string"},
-                    "description": "Extended resource names that count as accelerators; `prefix*` patterns.",
+                    "description": "Extended resource names that hand out accelerator devices, one per unit; "
+                    "`prefix*` patterns. A DeviceClass's spec.extendedResourceName (DRA extended resources) "
+                    "belongs here; deviceclass.resource.kubernetes.io/<class> counts for every accelerator "
+                    "DeviceClass without it.",
                 },
                 "acceleratorDeviceClasses": {
                     "type": "array",
@@ -183,6 +186,28 @@ CONFIG_SCHEMA: dict[str, Any] = {
                     "description": "DRA DeviceClass names whose devices count as accelerators; `prefix*` "
                     "patterns. Default: gpu.nvidia.com, mig.nvidia.com, vfio.gpu.nvidia.com, gpu.amd.com, "
                     "gpu.intel.com.",
+                },
+                "acceleratorShareResources": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "Resource names that give a share of a GPU's memory or compute, not devices "
+                    "(Volcano, HAMi): a container asking for one has a GPU, counted as one device unless it asks "
+                    "for device resources as well; `prefix*` patterns. Default: volcano.sh/gpu-memory, "
+                    "volcano.sh/vgpu-memory, volcano.sh/vgpu-memory-percentage, volcano.sh/vgpu-cores, "
+                    "nvidia.com/gpumem, nvidia.com/gpumem-percentage, nvidia.com/gpucores.",
+                },
+                "acceleratorSliceResources": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "Accelerator resources whose devices are parts of one GPU, left out of "
+                    "targetWholeGpuCount; `prefix*` patterns. Default: nvidia.com/mig-*, nvidia.com/gpu.shared, "
+                    "volcano.sh/vgpu-number.",
+                },
+                "acceleratorSliceDeviceClasses": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "DRA DeviceClasses whose devices are parts of one GPU (left out of "
+                    "targetWholeGpuCount); `prefix*` patterns. Default: mig.nvidia.com.",
                 },
             },
         },
