@@ -308,10 +308,10 @@ class _Parser:
             node = self.expression()
             self.take(")")
             return node
-        if token.text == "[":
-            return Node("other", children=self.arguments("[", "]"))
-        if token.text == "{":
-            return Node("other", children=self.entries())
+        if token.text == "[":  # a list literal: its length is in the text (iterated.py)
+            return Node("other", token.start, "[", self.arguments("[", "]"))
+        if token.text == "{":  # a map literal
+            return Node("other", token.start, "{", self.entries())
         if token.kind in ("string", "number"):
             self.take()
             return Node("other")

@@ -104,8 +104,10 @@ class Programs:
         budget = self.budget
         # the check itself only once the size has passed and until the wall-clock deadline (a call saved per expression)
         if not budget.clear or (budget.deadline is not None and time.perf_counter() > budget.deadline):
-            budget.check(target, self.copy.working)
-        if self.fuse:  # only expressions the fused program holds have a result there
+            budget.check(target, self.copy.working, expression)
+        # only expressions the fused program holds have a result there; it runs them unchecked, so
+        # not while the object holds a collection over the size limit (limits.py)
+        if self.fuse and budget.clear:
             fused = self._fused.get(target.root)
             if fused is None:
                 self._fused[target.root] = {}  # meanwhile (the conditions it asks alone): nothing fused

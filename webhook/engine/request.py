@@ -39,8 +39,8 @@ class Limits:
 
     The CEL runtime has an iteration budget of its own but no cost limit, and its map()/filter()
     results grow quadratically (4,000 items: ~0.2 s for one expression). So a request gets a
-    time budget, checked before every expression, and an object holding a list or map larger
-    than `max_collection` anywhere in it (metadata too, not only its pod specs) is not handed to CEL at all.
+    time budget, checked before every expression, and an expression that would map() or filter()
+    a list or map of the object larger than `max_collection` is not run (limits.py).
 
     The time budget is CPU time of the evaluating thread (time.thread_time), not wall-clock time:
     a pause that is not the rules' doing (CPU throttling under limits.cpu, a GC pause of the
@@ -51,7 +51,7 @@ class Limits:
     """
 
     time_budget: float | None = 0.5  # CPU seconds of rule evaluation per request; None: unlimited
-    max_collection: int = 1000  # items of the largest list or map anywhere in the object as sent
+    max_collection: int = 1000  # items of the largest list or map of the object an expression maps or filters
 
 
 DEFAULT_LIMITS = Limits()
