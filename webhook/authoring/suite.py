@@ -36,6 +36,7 @@ from webhook.engine import (
     SourceLocation,
     evaluate,
     load_rules,
+    parse_time,
     rule_files,
 )
 from webhook.kubeyaml import Document, YamlError, load_documents
@@ -178,7 +179,7 @@ def admission(case: Mapping[str, Any], base: Path | str) -> AdmissionInput:
     namespace_object = _resource(case, "namespaceObject", base)
     # the same input audit and explain build: the case's namespace (else the object's, else
     # `default`) written into a namespace-less object, as the apiserver does before admission
-    return NamespaceContext(default_namespace=case.get("namespace")).admission(
+    found = NamespaceContext(default_namespace=case.get("namespace")).admission(
         obj,
         operation=case.get("operation", "CREATE"),
         old_object=old,
@@ -187,6 +188,11 @@ def admission(case: Mapping[str, Any], base: Path | str) -> AdmissionInput:
         user_info=case.get("userInfo") or {"username": "gpu-webhook-test"},
         cluster_objects=case.get("clusterObjects"),
     )
+    if "now" in case:  # the instant exceptions' expiries are compared with
+        found.now = parse_time(case["now"])
+        if found.now is None:
+            raise ValueError(f"now: {case['now']!r} is not an RFC 3339 time with a zone (2026-12-01T00:00:00Z)")
+    return found
 
 
 def _resource(case: Mapping[str, Any], key: str, base: Path | str) -> dict[str, Any] | None:

@@ -2,7 +2,8 @@
 
 With several PATHs (`gpu-webhook test rules/ site/`) every suite runs against its own rules plus
 the other PATHs' documents: the pack's suites see the site's overlays and exceptions, the site's
-suites the pack. --site does the same without running the site's suites."""
+suites the pack. With --site PATH, each suite runs against its rules plus the site's documents, and
+a suite that names no rules against the pack plus the site (`test --site site/ site/tests/`)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def register(commands: Any) -> None:
         help="suite file or directory (searched recursively); with several, each suite also loads the "
         "documents of the others (a site directory's overlays and exceptions on top of the pack)",
     )
-    add_rules(parser, default="the suite's spec.rules, else PATH when it is a directory")
+    add_rules(parser, default="the suite's spec.rules, else PATH when it is a directory (with --site: the pack)")
     parser.add_argument("-o", "--output", choices=("text", "junit"), default="text", help="report format")
     parser.set_defaults(run=run_tests)
 
@@ -52,7 +53,8 @@ def run_tests(args: argparse.Namespace) -> int:
         unreadable: list[str] = []
         suites = []
         for path in args.paths:
-            default = path if os.path.isdir(path) else default_rules_dir()
+            # --site is "on top of the pack": a suite without spec.rules then runs against the pack and the site
+            default = path if os.path.isdir(path) and not args.site else default_rules_dir()
             others = [p for p in args.paths if p != path]
             found = discover(path, args.rules, default, _collect_warning(unreadable), [*others, *args.site])
             suites.extend(found)

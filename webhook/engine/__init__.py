@@ -29,7 +29,14 @@ from .decision import (
     shared_outcome,
 )
 from .evaluate import evaluate
-from .exceptions import EXCEPTION_VALIDATOR, PolicyException, exception_problems, parse_exception, unknown_rules
+from .exceptions import (
+    EXCEPTION_VALIDATOR,
+    PolicyException,
+    exception_problems,
+    parse_exception,
+    parse_time,
+    unknown_rules,
+)
 from .loader import LoadResult, compile_documents, load_rules, rule_files
 from .mutate import (
     DNS_SUBDOMAIN,
@@ -126,6 +133,7 @@ __all__ += [
     "apply_overlays",
     "exception_problems",
     "parse_exception",
+    "parse_time",
     "unknown_rules",
 ]
 # the kind table: workload kinds, their API and pod templates (autogen, audit, export, registration)

@@ -402,6 +402,12 @@ TEST_SCHEMA: dict[str, Any] = {
                                 "type": "object",
                                 "description": "request.userInfo: username, uid, groups, extra.",
                             },
+                            "now": {
+                                "type": "string",
+                                "format": "date-time",
+                                "description": "The time the case runs at (RFC 3339), for GPUPolicyExceptions' "
+                                "spec.expires. Default: the current time.",
+                            },
                             "expect": {
                                 "type": "object",
                                 "additionalProperties": False,

@@ -1,0 +1,172 @@
+"""A site's overlays and exceptions beside the pack, through every offline door (--site, test PATH...),
+and docs/day-two.md saying what the commands really print (issue 26)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from tests.authoring.conftest import REPO, RULES
+
+SITE = REPO / "examples" / "site"
+EXAMPLES = REPO / "examples"
+DOC = REPO / "docs" / "day-two.md"
+EXCEPTED = "excepted by ml-research/lora-finetune-sizing: memory sizing under measurement (ticket ML-1234)"
+
+
+def fenced(text: str) -> list[tuple[str, str]]:
+    """The fenced blocks of a Markdown text, in order: (language, body)."""
+    return re.findall(r"^```(\w*)\n(.*?)^```$", text, re.DOTALL | re.MULTILINE)
+
+
+def test_the_guide_shows_the_site_as_it_is():
+    blocks = [yaml.safe_load(body) for language, body in fenced(DOC.read_text()) if language == "yaml"]
+    assert blocks[0] == yaml.safe_load((SITE / "overlays.yaml").read_text())
+    assert blocks[1] == yaml.safe_load((SITE / "exceptions.yaml").read_text())
+
+
+def test_the_guides_upgrade_check_prints_what_it_shows(tmp_path: Path):
+    shutil.copytree(RULES, tmp_path / "rules")
+    shutil.copytree(EXAMPLES, tmp_path / "examples")
+    text = DOC.read_text()
+    section = text[text.index("## Upgrades") :]
+    blocks = fenced(section)
+    commands = blocks[0][1].strip().splitlines()
+    assert blocks[0][0] == "sh" and blocks[1][0] == ""
+    shown = blocks[1][1].strip()
+    gpu_webhook = str(REPO / ".venv" / "bin" / "gpu-webhook")
+    results = [
+        subprocess.run(
+            ["bash", "-c", command.replace(".venv/bin/gpu-webhook", gpu_webhook)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        for command in commands
+    ]
+    assert [r.returncode for r in results] == [0, 0, 1]
+    assert results[-1].stdout.strip() == shown
+
+
+def test_suites_of_the_site_run_against_the_pack_and_the_site(cli):
+    code, out, _ = cli("test", "--site", str(SITE), str(SITE / "tests"))
+    assert code == 0, out
+    assert out.splitlines()[-1] == "4 passed, 0 failed"
+    assert f"  gpu-container-resources {EXCEPTED}" in out  # a case that passes thanks to an exception says so
+
+
+def test_the_packs_suites_with_the_site_fail_where_the_site_changes_the_pack(cli):
+    code, out, _ = cli("test", str(RULES), str(SITE))
+    assert code == 1
+    failed = {line.split("::")[0].rsplit("/", 1)[-1] for line in out.splitlines() if line.endswith(" FAILED")}
+    # the shipped no-label default of gpu-node-affinity, the exact affinity of two placement rules' cases,
+    # the Warn of serving-readiness-probe: what examples/site changes on purpose
+    assert failed == {
+        "gpu-node-affinity.test.yaml",
+        "mig-single-strategy-placement.test.yaml",
+        "production-gpu-placement.test.yaml",
+        "serving-readiness-probe.test.yaml",
+    }
+    assert "site.test.yaml::and denied from the moment it expires PASSED" in out
+
+
+def test_a_suite_that_expects_excepted_fails_when_the_exception_is_gone(cli, tmp_path: Path):
+    shutil.copytree(EXAMPLES, tmp_path / "examples")
+    site = tmp_path / "examples" / "site"
+    (site / "exceptions.yaml").unlink()
+    code, out, _ = cli("test", "--site", str(site), str(site / "tests"))
+    assert code == 1
+    assert "rule gpu-container-resources: expected excepted, got denied" in out
+
+
+def test_explain_names_the_overlay_and_the_exception(cli):
+    code, out, _ = cli("explain", "--site", str(SITE), "-f", str(EXAMPLES / "job-finetune.yaml"), "--no-color")
+    assert code == 0, out
+    assert "overlaid by site (params.gpuNode)" in out
+    assert f"EXCEPTED: {EXCEPTED}" in out
+    assert f"  excepted [gpu-container-resources] {EXCEPTED}" in out
+
+
+def test_audit_says_excepted_in_every_format(cli):
+    job = str(EXAMPLES / "job-finetune.yaml")
+    for output in ("table", "json", "yaml", "policyreport", "junit", "html"):
+        code, out, _ = cli("audit", "--site", str(SITE), job, "-o", output)
+        assert code == 0, (output, out)
+        words = " ".join(out.replace("&#x27;", "'").split())  # YAML folds long scalars
+        assert EXCEPTED in words, output
+    _, out, _ = cli("audit", "--site", str(SITE), job, "-o", "json")
+    (entry,) = json.loads(out)["objects"]
+    (rule,) = [r for r in entry["rules"] if r["rule"] == "gpu-container-resources"]
+    assert rule["result"] == "excepted"
+    # without the site, the same Job is denied by that rule
+    code, out, _ = cli("audit", job, "-o", "json")
+    assert code == 1
+
+
+def test_export_keeps_an_excepted_rule_in_the_webhook_and_follows_overlays(cli, tmp_path: Path):
+    site = tmp_path / "site"
+    shutil.copytree(SITE, site)
+    overlay = {
+        "apiVersion": "gpu-webhook.io/v1alpha1",
+        "kind": "GPUPolicyOverlay",
+        "metadata": {"name": "warn-first"},
+        "spec": {"rules": [{"name": "no-node-name-in-tenants", "action": "Warn"}]},
+    }
+    (site / "warn-first.yaml").write_text(yaml.safe_dump(overlay))
+    code, out, err = cli("export", "--site", str(site))
+    assert code == 0, err
+    assert (
+        "gpu-container-resources: not exported: GPUPolicyException ml-research/lora-finetune-sizing lets objects "
+        "through it" in err
+    )
+    bindings = {
+        d["metadata"]["name"]: d["spec"]["validationActions"]
+        for d in yaml.safe_load_all(out)
+        if d and d["kind"] == "ValidatingAdmissionPolicyBinding"
+    }
+    assert bindings["gpu-webhook-no-node-name-in-tenants"] == ["Warn"]
+    assert bindings["gpu-webhook-no-privileged-in-tenants"] == ["Deny"]
+
+
+def test_lint_reports_stale_overlays_and_unexceptable_rules(cli, write):
+    write(
+        "site/stale.yaml",
+        """
+        apiVersion: gpu-webhook.io/v1alpha1
+        kind: GPUPolicyOverlay
+        metadata: {name: old-site}
+        spec:
+          rules:
+            - {name: gpu-node-afinity, enabled: false}
+        ---
+        apiVersion: gpu-webhook.io/v1alpha1
+        kind: GPUPolicyException
+        metadata: {name: let-me, namespace: team-a}
+        spec:
+          rules: [no-privileged-in-tenants]
+          reason: I am a tenant
+        """,
+    )
+    site = write("site/.keep", "").parent
+    code, out, _ = cli("lint", "--site", str(site))
+    assert code == 1
+    assert "GPUPolicyOverlay old-site: no rule named 'gpu-node-afinity' in the rules loaded (did you mean" in out
+    assert "rule 'no-privileged-in-tenants' cannot be excepted (spec.exceptable: false)" in out
+    assert "stale.yaml:6:" in out  # at the overlay's entry
+
+
+def test_manifests_ship_the_site_beside_the_pack(cli, tmp_path: Path):
+    code, out, err = cli("manifests", "--site", str(SITE), "--component", "cert-manager", "--image", "x/y:1")
+    assert code == 0, err
+    configmaps = [
+        d for d in yaml.safe_load_all(out) if d and d["kind"] == "ConfigMap" and "overlays.yaml" in d.get("data", {})
+    ]
+    (configmap,) = configmaps
+    assert "kind: GPUPolicyException" in configmap["data"]["exceptions.yaml"]
+    assert "gpu-node-affinity.yaml" in configmap["data"]
