@@ -1,0 +1,234 @@
+"""GPUPolicy objects in the server, with a stand-in for the cluster's watch caches: loaded with the rule files
+through the one loader, hot-reloaded, last good kept, a name in both reported; `POST /policies` over
+real TLS; the status each replica wants (webhook/policies/status.py).
+
+What the apiserver decides (the CRDs, the registration, status writes, RBAC) is tested on a real one:
+tests/e2e/test_policy_objects.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.support import LiveServer, client_ssl, cpu_pod, make_review, wait_for
+from webhook.policies.objects import policy_object
+from webhook.policies.status import replica_entry, same_status, wanted_status
+from webhook.server import Server, ServerConfig
+
+FILE_RULE = """\
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: from-a-file}
+spec:
+  match: {kinds: [Pod]}
+  autogen: false
+  validate: {expression: "!has(object.metadata.labels) || !('file-says-no' in object.metadata.labels)", message: file}
+"""
+LABEL = "object-says-no"
+
+
+def gpupolicy(name: str, generation: int = 1, action: str = "Deny", expression: str | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "gpu-webhook.io/v1alpha1",
+        "kind": "GPUPolicy",
+        "metadata": {"name": name, "uid": f"uid-{name}", "generation": generation, "resourceVersion": "7"},
+        "spec": {
+            "action": action,
+            "match": {"kinds": ["Pod"]},
+            "autogen": False,
+            "validate": {
+                "expression": expression or f"!has(object.metadata.labels) || !('{LABEL}' in object.metadata.labels)",
+                "message": f"{name} says no",
+            },
+        },
+    }
+
+
+@dataclass
+class Cluster:
+    """The server's PolicySource, as webhook.kube.PolicyCaches gives it, held in memory."""
+
+    items: list[dict[str, Any]] = field(default_factory=list)
+    synced: bool = True
+
+    def objects(self) -> list[dict[str, Any]]:
+        return list(self.items)
+
+    def detail(self) -> dict[str, Any]:
+        return {"gpupolicy": {"synced": self.synced, "objects": len(self.items)}}
+
+
+def labelled(*labels: str) -> dict[str, Any]:
+    pod = cpu_pod()
+    pod["metadata"]["labels"] = {label: "yes" for label in labels}
+    return pod
+
+
+@pytest.fixture
+def rules(tmp_path: Path) -> Path:
+    directory = tmp_path / "rules"
+    directory.mkdir()
+    (directory / "site.yaml").write_text(FILE_RULE)
+    return directory
+
+
+@contextlib.asynccontextmanager
+async def serve(cert_dir: Path, rules: Path, cluster: Cluster) -> AsyncIterator[LiveServer]:
+    config = ServerConfig(rules=[str(rules)], cert_dir=str(cert_dir), port=0, reload_interval=0.05, shutdown_timeout=5)
+    server = Server(config, policies=cluster)
+    await server.start()
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ssl(cert_dir))) as session:
+        yield LiveServer(server, session)
+    await server.stop()
+
+
+async def allowed(live: LiveServer, pod: dict[str, Any]) -> bool:
+    return bool((await live.review("validate", make_review(pod)))["response"]["allowed"])
+
+
+async def test_objects_are_rules_beside_the_files_and_follow_their_changes(cert_dir: Path, rules: Path) -> None:
+    cluster = Cluster([gpupolicy("from-the-cluster")], synced=False)
+    async with serve(cert_dir, rules, cluster) as live:
+        # the caches have not listed the cluster yet: not ready (the first load had no objects)
+        status, body = await live.get("/readyz")
+        assert status == 503 and json.loads(body)["policies"]["loaded"] is False
+        cluster.synced = True
+        await wait_for(lambda: live.server.state.rules.cluster_loaded)
+        status, body = await live.get("/readyz")
+        assert status == 200, body
+        assert json.loads(body)["policies"]["inUse"] == ["GPUPolicy/from-the-cluster"]
+        assert not await allowed(live, labelled(LABEL))
+        assert not await allowed(live, labelled("file-says-no"))
+        assert await allowed(live, labelled())
+
+        # a new generation of the object is a reload; a status-only change is not
+        store = live.server.state.rules
+        generation = store.generation
+        with_status = copy.deepcopy(cluster.items[0])
+        with_status["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
+        cluster.items = [with_status]
+        assert not store.changed()
+        cluster.items = [gpupolicy("from-the-cluster", generation=2, action="Warn")]
+        await wait_for(lambda: store.generation == generation + 1)
+        answer = await live.review("validate", make_review(labelled(LABEL)))
+        assert answer["response"]["allowed"] is True
+        assert answer["response"]["warnings"] == ["[from-the-cluster] from-the-cluster says no"]
+
+        cluster.items = []
+        await wait_for(lambda: store.generation == generation + 2)
+        assert await allowed(live, labelled(LABEL))
+
+
+async def test_a_name_in_both_files_and_objects_is_reported_and_the_last_good_rules_stay(
+    cert_dir: Path, rules: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cluster = Cluster([gpupolicy("from-the-cluster")])
+    async with serve(cert_dir, rules, cluster) as live:
+        store = live.server.state.rules
+        generation = store.generation
+        with caplog.at_level(logging.ERROR, logger="gpu_webhook.reload"):
+            cluster.items = [gpupolicy("from-the-cluster"), gpupolicy("from-a-file")]
+            await wait_for(lambda: store.errors)
+        assert store.generation == generation  # never a silent choice: nothing new is loaded
+        (error,) = store.errors
+        assert error.location.file == "GPUPolicy/from-a-file" and "duplicate rule name" in error.message
+        assert any("GPUPolicy/from-a-file" in getattr(r, "error", "") for r in caplog.records)
+        status, body = await live.get("/readyz")
+        assert status == 200  # the last good rules serve
+        assert any("duplicate rule name" in e for e in json.loads(body)["rules"]["lastReloadErrors"])
+        assert not await allowed(live, labelled(LABEL))  # the last good rules: the object's rule still acts
+
+        # the status each object gets from this replica
+        twin = policy_object(gpupolicy("from-a-file"))
+        entry = replica_entry("replica-0", twin, store)
+        assert entry["ready"] is False and entry["reason"] == "Invalid"
+        assert "duplicate rule name" in entry["message"] and "observedGeneration" not in entry
+        kept = replica_entry("replica-0", policy_object(gpupolicy("from-the-cluster")), store)
+        assert kept["ready"] is True and kept["observedGeneration"] == 1
+
+
+async def test_a_broken_object_at_start_up_leaves_the_files_serving(cert_dir: Path, rules: Path) -> None:
+    cluster = Cluster([gpupolicy("broken", expression="object.metadata.name ==")])
+    async with serve(cert_dir, rules, cluster) as live:
+        store = live.server.state.rules
+        assert store.ruleset is not None and [r.name for r in store.ruleset.rules] == ["from-a-file"]
+        assert any("spec.validate.expression: CEL" in e.message for e in store.errors)
+        assert not await allowed(live, labelled("file-says-no"))
+        assert (await live.get("/readyz"))[0] == 200
+
+
+async def test_policies_endpoint_refuses_a_broken_policy_with_its_field_path(cert_dir: Path, rules: Path) -> None:
+    cluster = Cluster([gpupolicy("from-the-cluster")])
+    async with serve(cert_dir, rules, cluster) as live:
+
+        async def check(obj: dict[str, Any], operation: str = "CREATE") -> dict[str, Any]:
+            old = obj if operation == "UPDATE" else None
+            response = (await live.review("policies", make_review(obj, operation, old=old)))["response"]
+            return dict(response)
+
+        broken = gpupolicy("new-one", expression="object.metadata.name ==")
+        answer = await check(broken)
+        assert answer["allowed"] is False and answer["status"]["code"] == 422
+        assert "rule new-one: spec.validate.expression: CEL:" in answer["status"]["message"]
+
+        bad_enum = gpupolicy("new-one")
+        bad_enum["spec"]["onMissingContext"] = "Sometimes"
+        answer = await check(bad_enum)
+        assert "spec.onMissingContext: 'Sometimes' is not one of: Allow, Deny" in answer["status"]["message"]
+
+        assert (await check(gpupolicy("new-one")))["allowed"] is True
+        # an update of a stored object is not a duplicate of itself; a file's name is
+        assert (await check(gpupolicy("from-the-cluster", generation=2), "UPDATE"))["allowed"] is True
+        answer = await check(gpupolicy("from-a-file"))
+        assert answer["allowed"] is False and "duplicate rule name" in answer["status"]["message"]
+
+        # not a policy kind: nothing to check
+        assert (await check(cpu_pod()))["allowed"] is True
+
+
+def test_two_replicas_write_once_each_and_then_agree() -> None:
+    """Each replica owns its entry and the condition is a function of the whole list: no ping-pong."""
+    obj = policy_object(gpupolicy("p", generation=3))
+
+    @dataclass
+    class State:
+        attempts: int = 1
+        errors: list[Any] = field(default_factory=list)
+        attempted: dict[Any, Any] = field(default_factory=dict)
+        running: dict[Any, int] = field(default_factory=lambda: {("GPUPolicy", "", "p"): 3})
+
+    old = State(running={("GPUPolicy", "", "p"): 2})
+    keep = lambda _name: True  # noqa: E731
+    live = wanted_status(None, obj, replica_entry("a", obj, State()), "t0", keep)
+    assert live["conditions"][0]["status"] == "True"
+    live = wanted_status(live, obj, replica_entry("b", obj, old), "t1", keep)  # b still runs generation 2
+    condition = live["conditions"][0]
+    assert condition["status"] == "False" and condition["reason"] == "NotLoaded"
+    assert condition["message"].startswith("1 of 2 replica(s) do not run generation 3: b:")
+    # a looks again: nothing of its own changed, so nothing to write
+    assert same_status(live, wanted_status(live, obj, replica_entry("a", obj, State()), "t2", keep))
+    # b catches up: True again, with a new transition time; then both agree
+    live = wanted_status(live, obj, replica_entry("b", obj, State()), "t3", keep)
+    assert live["conditions"][0] == {
+        "type": "Ready",
+        "status": "True",
+        "reason": "Loaded",
+        "message": "2 replica(s) run generation 3",
+        "observedGeneration": 3,
+        "lastTransitionTime": "t3",
+    }
+    for replica in ("a", "b"):
+        assert same_status(live, wanted_status(live, obj, replica_entry(replica, obj, State()), "t4", keep))
+    # a replica known to be gone is dropped from the list when another writes
+    gone = wanted_status(live, obj, replica_entry("a", obj, State()), "t5", lambda name: name != "b")
+    assert [e["id"] for e in gone["byPod"]] == ["a"]
