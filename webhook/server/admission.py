@@ -119,7 +119,7 @@ def build_response(uid: str, decision: Decision, include_patch: bool) -> bytes:
     warnings = warning_lines(decision)
     if warnings:
         response["warnings"] = warnings
-    if decision.audits:
+    if decision.audits or decision.excepted:
         response["auditAnnotations"] = audit_annotations(decision)
     return orjson.dumps({"apiVersion": API_VERSION, "kind": KIND, "response": response})
 
@@ -135,9 +135,13 @@ def denial_message(decision: Decision) -> str:
 
 
 def warning_lines(decision: Decision) -> list[str]:
+    """Warn violations, then the rules a GPUPolicyException let through ("[rule] excepted by ns/name: why"):
+    the user who applies the object sees an exception at work, not a silent pass."""
     lines, total = [], 0
-    for warning in decision.warnings:
-        line = _shorten(f"[{warning.rule}] {warning.message}", MAX_WARNING)
+    found = [f"[{warning.rule}] {warning.message}" for warning in decision.warnings]
+    found.extend(f"[{rule}] {verdict}" for rule, verdict in decision.excepted.items())
+    for text in found:
+        line = _shorten(text, MAX_WARNING)
         if total + len(line) > MAX_WARNINGS_TOTAL:
             break  # keep the ones that fit whole rather than let the apiserver cut all of them
         lines.append(line)
@@ -150,6 +154,7 @@ def audit_annotations(decision: Decision) -> dict[str, str]:
     for audit in decision.audits:
         previous = annotations.get(audit.rule)
         annotations[audit.rule] = f"{previous}; {audit.message}" if previous else audit.message
+    annotations.update(decision.excepted)  # an excepted rule has no findings of its own: its key is free
     return annotations
 
 
