@@ -128,4 +128,6 @@ def test_overlay_schema_errors_are_located():
 def test_a_wrong_param_value_is_reported_like_the_rule_would_be():
     result = load(overlay("site", {"name": "placement", "params": {"gpuNode": {"operator": "In"}}}))
     assert not result.ok
-    assert "rule placement: spec.mutate[0].requireNodeAffinity: params.gpuNode" in str(result.errors[0])
+    (error,) = result.errors
+    assert "rule placement: spec.mutate[0].requireNodeAffinity: params.gpuNode" in str(error)
+    assert str(error).endswith("(with GPUPolicyOverlay site (params.gpuNode))")  # what broke it

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path as FsPath
 from typing import Any
 
@@ -177,7 +177,14 @@ def compile_documents(documents: list[Document], errors: list[LoadError] | None 
     rules: list[Rule] = []
     seen: dict[str, SourceLocation] = {}
     for document in valid:
+        before = len(errors)
         rule = _compile_rule(document, env, errors)
+        overlaid = (document.data["metadata"].get("annotations") or {}).get(OVERLAID_BY)
+        if overlaid and len(errors) > before:
+            # the rule compiled as shipped: what broke it is the overlay's value
+            errors[before:] = [
+                replace(e, message=f"{e.message} (with GPUPolicyOverlay {overlaid})") for e in errors[before:]
+            ]
         if rule is None:
             continue
         if rule.name in seen:
