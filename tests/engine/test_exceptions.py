@@ -198,3 +198,10 @@ def test_parse_exception_of_a_cluster_object():
     )
     assert found.applies("needs-team", "Pod", "a", "team-a", None, datetime(2029, 1, 1, tzinfo=UTC))
     assert not found.applies("needs-team", "Pod", "c", "team-a", None, datetime(2029, 1, 1, tzinfo=UTC))
+
+
+def test_of_two_covering_exceptions_the_first_by_name_is_reported():
+    ruleset = load(exception("zeta"), exception("alpha", reason="first")).require()
+    decision = evaluate(ruleset, AdmissionInput.offline(deployment()))
+    assert outcome(decision, "needs-team").reason == "excepted by team-a/alpha: first"
+    assert decision.exceptions_used == [("team-a/alpha", "needs-team")]

@@ -123,13 +123,6 @@ def unknown_rules(exception: PolicyException, rules: Mapping[str, bool]) -> list
     return problems
 
 
-def in_namespace(exceptions: Iterable[PolicyException], namespace: str | None) -> tuple[PolicyException, ...]:
-    """The exceptions that may apply to an object of `namespace`, in name order (the first applying wins)."""
-    if not namespace:
-        return ()
-    return tuple(sorted((e for e in exceptions if e.namespace == namespace), key=lambda e: e.name))
-
-
 def excepting(
     exceptions: Iterable[PolicyException],
     kind: str,
@@ -139,8 +132,7 @@ def excepting(
 ) -> dict[str, PolicyException]:
     """rule name -> the exception that lets `obj` (of `kind`, in `namespace`) through it at `now`
     (None: the current UTC time); the first by name when several do. Empty when none applies."""
-    pool = in_namespace(exceptions, namespace)
-    if not pool:
+    if not namespace:
         return {}
     metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
     metadata = metadata if isinstance(metadata, Mapping) else {}
@@ -150,11 +142,17 @@ def excepting(
     labels = labels if isinstance(labels, Mapping) else None
     at = now or utc_now()
     found: dict[str, PolicyException] = {}
-    for exception in pool:
-        if exception.expired(at) or not exception.covers(kind, name, namespace, labels):
+    for exception in exceptions:
+        if (
+            exception.namespace != namespace
+            or exception.expired(at)
+            or not exception.covers(kind, name, namespace, labels)
+        ):
             continue
         for rule in exception.rules:
-            found.setdefault(rule, exception)
+            current = found.get(rule)
+            if current is None or exception.name < current.name:
+                found[rule] = exception
     return found
 
 
