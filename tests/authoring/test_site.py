@@ -170,3 +170,12 @@ def test_manifests_ship_the_site_beside_the_pack(cli, tmp_path: Path):
     (configmap,) = configmaps
     assert "kind: GPUPolicyException" in configmap["data"]["exceptions.yaml"]
     assert "gpu-node-affinity.yaml" in configmap["data"]
+
+
+def test_overlapping_paths_load_each_file_once(cli):
+    # `test rules/ rules/site/`, `--rules rules --site rules`: a file reached twice is one file, not a duplicate rule
+    code, once, _ = cli("lint", str(RULES))
+    assert code == 0, once
+    code, out, _ = cli("lint", str(RULES), str(RULES), "--site", str(RULES / "gpu-toleration.yaml"))
+    assert code == 0, out
+    assert out == once
