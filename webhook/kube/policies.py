@@ -1,8 +1,9 @@
 """Watch caches of the policy objects (GPUPolicy, GPUPolicyOverlay; GPUPolicyException: caches.py), on watchcache.py.
 
-A cluster where the CRDs are not installed answers 404 to the list: the cache then counts as synced
-and empty (a server started before the CRDs must not stay unready), and lists again every
-`absent_retry` seconds, so CRDs installed later are picked up without a restart.
+A cluster where the CRDs are not installed answers 404 to the list (403 where the RBAC lacks them): the
+cache then counts as synced and empty (a server started before the CRDs, or upgraded before its RBAC,
+must not stay unready; /readyz says `served: false`), and lists again every `absent_retry` seconds,
+so CRDs installed later are picked up without a restart.
 
 `spec_version()` identifies what the loader reads of the objects (uid, generation, labels and
 annotations): status writes, which the watch also delivers, do not change it, so the server's own
@@ -39,10 +40,18 @@ class PolicyObjectCache(WatchCache):
         try:
             super()._list(collection, limit)
         except ApiException as error:
-            if error.status != 404:
+            if error.status not in (403, 404):
                 raise
             if not self.absent:
-                log.info("%s: not served by this cluster (CRD not installed); none loaded", self.definition.crd_name)
+                if error.status == 404:
+                    log.info(
+                        "%s: not served by this cluster (CRD not installed); none loaded", self.definition.crd_name
+                    )
+                else:  # an upgrade that forgot the RBAC must not make every replica unready
+                    log.warning(
+                        "%s: listing is forbidden (RBAC: the ServiceAccount may list and watch them); none loaded",
+                        self.definition.crd_name,
+                    )
             self.absent = True
             self._items = {}
             self._resource_version = None

@@ -16,7 +16,8 @@ No hot loop, no write per replica per second:
 - writes go to the status subresource: GET, then PUT with the resourceVersion read, again on 409.
 
 Entries of replicas that are gone are dropped when a replica writes, if it can tell (`replica_exists`,
-a GET of the pod in the server's own namespace); without it they stay until overwritten.
+a GET of the pod in the server's own namespace), and every `prune_interval` seconds it looks for them
+(one GET per other replica named, not per object); without `replica_exists` they stay.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -133,6 +135,7 @@ class StatusWriter:
         replica: str,
         *,
         poll: float = 1.0,
+        prune_interval: float = 60.0,
         replica_exists: Callable[[str], bool] | None = None,
         on_write: Callable[[str], None] | None = None,
         request_timeout: tuple[float, float] = (5.0, 10.0),
@@ -142,6 +145,8 @@ class StatusWriter:
         self._live = live
         self.replica = replica
         self._poll = poll
+        self._prune_interval = prune_interval
+        self._prune_due = time.monotonic() + prune_interval
         self._replica_exists = replica_exists
         self._on_write = on_write  # kind of each write: the metric
         self._timeout = request_timeout
@@ -155,6 +160,7 @@ class StatusWriter:
         state = self._state
         attempted = dict(state.attempted)
         written = 0
+        gone = self._gone_replicas()
         for raw in self._live.objects():
             metadata = raw.get("metadata") or {}
             key: Key = (str(raw.get("kind")), str(metadata.get("namespace") or ""), str(metadata.get("name")))
@@ -162,12 +168,25 @@ class StatusWriter:
             if obj is None or obj.generation != metadata.get("generation") or obj.uid != metadata.get("uid"):
                 continue  # changed since the last load: the reload that follows decides
             entry = replica_entry(self.replica, obj, state)
-            wanted = wanted_status(raw.get("status"), obj, entry, _now(), lambda _name: True)
+            wanted = wanted_status(raw.get("status"), obj, entry, _now(), lambda name: name not in gone)
             if same_status(raw.get("status"), wanted):
                 continue
             if self._write(obj, entry):
                 written += 1
         return written
+
+    def _gone_replicas(self) -> frozenset[str]:
+        """Every `prune_interval`: the other replicas named in some status whose pod is gone."""
+        if self._replica_exists is None or time.monotonic() < self._prune_due:
+            return frozenset()
+        self._prune_due = time.monotonic() + self._prune_interval
+        named = {
+            str(entry.get("id"))
+            for raw in self._live.objects()
+            for entry in (raw.get("status") or {}).get("byPod") or ()
+            if isinstance(entry, dict) and entry.get("id") != self.replica
+        }
+        return frozenset(name for name in named if not self._keep(name))
 
     def _write(self, obj: PolicyObject, entry: dict[str, Any]) -> bool:
         resource = BY_KIND[obj.kind]
