@@ -104,6 +104,9 @@ def test_audit_says_excepted_in_every_format(cli):
     (entry,) = json.loads(out)["objects"]
     (rule,) = [r for r in entry["rules"] if r["rule"] == "gpu-container-resources"]
     assert rule["result"] == "excepted"
+    _, out, _ = cli("audit", "--site", str(SITE), job, "-o", "table", "--summary")
+    assert "1 objects: 0 denied, 0 with errors, 0 warned, 0 audited, 1 excepted, 0 passed;" in out
+    assert "EXCEPTED: gpu-container-resources 1" in out
     # without the site, the same Job is denied by that rule
     code, out, _ = cli("audit", job, "-o", "json")
     assert code == 1

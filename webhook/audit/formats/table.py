@@ -47,7 +47,9 @@ class TableReport:
         by = tally.objects_by_worst
         self.out.write(
             f"{tally.objects} objects: {by[Result.FAIL]} denied, {by[Result.ERROR]} with errors, "
-            f"{by[Result.WARN]} warned, {by[Result.AUDIT]} audited, {by[Result.PASS]} passed; "
+            f"{by[Result.WARN]} warned, {by[Result.AUDIT]} audited, "
+            + (f"{by[Result.EXCEPTED]} excepted, " if by[Result.EXCEPTED] else "")
+            + f"{by[Result.PASS]} passed; "
             f"{tally.patched_objects} would be patched. "
             f"GPUs requested: {tally.gpus}, in objects with findings: {tally.gpus_affected}\n"
         )
@@ -73,6 +75,13 @@ class TableReport:
         self.out.write(
             _table(["RULE", "DENY", "ERROR", "WARN", "AUDIT", "PASS", "SKIPPED", "PATCHED", "GPUS AFFECTED"], rule_rows)
         )
+        excepted = [
+            f"{name} {c.results[Result.EXCEPTED]}"
+            for name, c in sorted(tally.rules.items())
+            if c.results[Result.EXCEPTED]
+        ]
+        if excepted:  # objects a GPUPolicyException let through, per rule (the object lines say which exception)
+            self.out.write(f"EXCEPTED: {', '.join(excepted)}\n")
         self.out.write("\n")
         namespace_rows = [
             [
