@@ -182,3 +182,50 @@ def test_overlapping_paths_load_each_file_once(cli):
     code, out, _ = cli("lint", str(RULES), str(RULES), "--site", str(RULES / "gpu-toleration.yaml"))
     assert code == 0, out
     assert out == once
+
+
+def test_a_case_may_hold_the_clusters_exceptions(cli, write):
+    write(
+        "rules/rule.yaml",
+        """
+        apiVersion: gpu-webhook.io/v1alpha1
+        kind: GPUPolicy
+        metadata: {name: needs-team}
+        spec:
+          match: {kinds: [Pod]}
+          validate: {expression: "has(object.metadata.labels) && 'team' in object.metadata.labels"}
+        """,
+    )
+    suite = write(
+        "rules/tests/cases.test.yaml",
+        """
+        apiVersion: gpu-webhook.io/v1alpha1
+        kind: GPUPolicyTest
+        metadata: {name: cases}
+        spec:
+          rules: ..
+          cases:
+            - name: excepted by the cluster's exception
+              object: {apiVersion: v1, kind: Pod, metadata: {name: p, namespace: team-a}, spec: {containers: []}}
+              clusterObjects:
+                - apiVersion: gpu-webhook.io/v1alpha1
+                  kind: GPUPolicyException
+                  metadata: {name: p-ok, namespace: team-a}
+                  spec: {rules: [needs-team], reason: migration}
+              expect:
+                allowed: true
+                rules: [{rule: needs-team, result: excepted, message: "excepted by team-a/p-ok: migration"}]
+            - name: a broken one is an error of the case
+              object: {apiVersion: v1, kind: Pod, metadata: {name: p, namespace: team-a}, spec: {containers: []}}
+              clusterObjects:
+                - {apiVersion: gpu-webhook.io/v1alpha1, kind: GPUPolicyException, metadata: {name: x, namespace: team-a}, spec: {rules: [needs-team]}}
+              expect: {allowed: false}
+        """,
+    )
+    code, out, _ = cli("test", str(suite))
+    assert code == 1
+    assert "cases.test.yaml::excepted by the cluster's exception PASSED" in out
+    assert (
+        "cannot run the case: clusterObjects[0]:1:1: GPUPolicyException team-a/x: spec: 'reason' is a required property"
+        in out
+    )

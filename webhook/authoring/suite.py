@@ -23,6 +23,7 @@ from jsonschema import Draft202012Validator
 
 from webhook.audit.context import NamespaceContext
 from webhook.engine import (
+    EXCEPTION_KIND,
     TEST_KIND,
     TEST_SCHEMA,
     AdmissionInput,
@@ -36,6 +37,7 @@ from webhook.engine import (
     SourceLocation,
     evaluate,
     load_rules,
+    parse_exception,
     parse_time,
     rule_files,
 )
@@ -187,6 +189,12 @@ def admission(case: Mapping[str, Any], base: Path | str) -> AdmissionInput:
         namespace_object=namespace_object,
         user_info=case.get("userInfo") or {"username": "gpu-webhook-test"},
         cluster_objects=case.get("clusterObjects"),
+    )
+    # GPUPolicyExceptions among the cluster objects: the cluster's, as the server's watch gives them
+    found.exceptions = tuple(
+        parse_exception(obj, f"clusterObjects[{index}]")
+        for index, obj in enumerate(case.get("clusterObjects") or ())
+        if isinstance(obj, Mapping) and obj.get("kind") == EXCEPTION_KIND
     )
     if "now" in case:  # the instant exceptions' expiries are compared with
         found.now = parse_time(case["now"])

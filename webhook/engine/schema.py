@@ -396,7 +396,8 @@ TEST_SCHEMA: dict[str, Any] = {
                                 "type": "array",
                                 "items": {"type": "object"},
                                 "description": "Cluster context: PriorityClass, ResourceClaim and "
-                                "ResourceClaimTemplate objects (the latter of the case's namespace).",
+                                "ResourceClaimTemplate objects (the latter of the case's namespace), and "
+                                "GPUPolicyException objects (applied as the server applies the cluster's).",
                             },
                             "userInfo": {
                                 "type": "object",
