@@ -46,12 +46,13 @@ def test_every_node_is_typed_or_preserves_unknown_fields() -> None:
             assert not ("properties" in node and "additionalProperties" in node), path
             for branch in node.get("anyOf", []) + node.get("oneOf", []):
                 assert set(branch) <= {"required"}, (path, branch)
-            assert "default" not in node and "const" not in node and "$schema" not in node, path
+            assert "const" not in node and "$schema" not in node, path
+            assert "default" not in node or node.get("type") in ("string", "boolean", "integer", "number"), path
 
 
 def test_an_enum_of_the_json_schema_is_kept() -> None:
     spec = structural(SCHEMAS["GPUPolicy"]["properties"]["spec"])
-    assert spec["properties"]["action"] == {"enum": ["Deny", "Warn", "Audit"], "type": "string"}
+    assert spec["properties"]["action"] == {"enum": ["Deny", "Warn", "Audit"], "type": "string", "default": "Deny"}
     assert spec["required"] == ["match"]
     # a kind is a name or an API mapping: the CRD keeps any, the webhook's loader checks which
     assert spec["properties"]["match"]["properties"]["kinds"]["items"] == {"x-kubernetes-preserve-unknown-fields": True}

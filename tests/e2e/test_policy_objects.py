@@ -218,7 +218,7 @@ def test_a_gpupolicy_is_ready_within_seconds_and_admission_follows_it(
         headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
     )
     assert [c["name"] for c in table.body["columnDefinitions"]] == ["Name", "Action", "FailurePolicy", "Ready", "Age"]
-    assert table.body["rows"][0]["cells"][:4] == ["e2e-no-forbidden-label", "Deny", None, "True"]
+    assert table.body["rows"][0]["cells"][:4] == ["e2e-no-forbidden-label", "Deny", "Fail", "True"]  # defaulted
 
     # admission follows it
     assert "the forbidden label is forbidden" in denial(apiserver.dry_run_create(labelled))

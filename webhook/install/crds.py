@@ -13,7 +13,9 @@ only as value checks without types inside. JSON Schema draft 2020-12 says more t
 - a node whose alternatives differ in type (a kind given as a name or as an API mapping, a
   mutation's arguments or `{fromParam}`) keeps what every alternative shares and
   `x-kubernetes-preserve-unknown-fields`; `if`/`then`/`not` and `allOf` are left out;
-- `metadata` is `type: object` (the apiserver validates ObjectMeta itself).
+- `metadata` is `type: object` (the apiserver validates ObjectMeta itself);
+- scalar defaults stay: the apiserver stores them, the same values the loader assumes, so the
+  printer columns (action, failurePolicy) say what every rule does.
 
 What the CRD cannot say is checked by the server's validating webhook for policy objects, with the
 same loader and lint (`policies.gpu-webhook.io`, webhook/policies/admission.py): a broken policy
@@ -155,7 +157,8 @@ def structural(node: Mapping[str, Any]) -> dict[str, Any]:
         out["items"] = structural(items) if isinstance(items, Mapping) else {_PRESERVE: True}
     elif kind is None:
         out[_PRESERVE] = True
-    out.pop("default", None)
+    if "default" in node and kind in ("string", "boolean", "integer", "number") and not out.get(_PRESERVE):
+        out["default"] = node["default"]  # stored explicit, so `kubectl get` shows e.g. the action of every rule
     return {key: value for key, value in out.items() if key not in _DROPPED}
 
 
