@@ -36,6 +36,7 @@ TARGET_FIELDS = {
     "containers": "containers",
     "target": "description",
     "targetGpuCount": "gpus",
+    "targetWholeGpuCount": "wholeGpus",
 }
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _COMPREHENSION_VARIABLE = re.compile(r"\.\s*(?:all|exists|exists_one|map|filter)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,")
@@ -43,6 +44,21 @@ _COMPREHENSION_VARIABLE = re.compile(r"\.\s*(?:all|exists|exists_one|map|filter)
 
 class NotNative(ValueError):
     """The expression cannot run in the apiserver's CEL; the message says why."""
+
+
+def _whole(v: str) -> str:
+    """CEL: a quantity's whole positive value, else 0 (resources.whole_quantity)."""
+    q = f"string({v})"
+    return (
+        f"(isQuantity({q}) && quantity({q}).asApproximateFloat() > 0.0 ? int(quantity({q}).asApproximateFloat()) : 0)"
+    )
+
+
+def _name_test(name: str, exact: frozenset[str], prefixes: tuple[str, ...]) -> str:
+    """CEL: whether `name` is one of `exact` or starts with one of `prefixes`."""
+    tests = [f"{name} in [{', '.join(map(string_literal, sorted(exact)))}]"] if exact else []
+    tests.extend(f"{name}.startsWith({string_literal(p)})" for p in prefixes)
+    return "(" + " || ".join(tests or ["false"]) + ")"
 
 
 def native_literal(value: Any) -> str:
@@ -93,53 +109,87 @@ class Translator:
 
     # -- the helpers as plain CEL over a pod spec / container / resource name ------------------
     def is_accelerator(self, name: str) -> str:
-        tests = []
-        if self.accelerators.exact:
-            tests.append(f"{name} in [{', '.join(map(string_literal, sorted(self.accelerators.exact)))}]")
-        tests.extend(f"{name}.startsWith({string_literal(p)})" for p in self.accelerators.prefixes)
-        return "(" + " || ".join(tests or ["false"]) + ")"
+        return _name_test(name, self.accelerators.exact, self.accelerators.prefixes)
 
-    def container_gpus(self, c: str) -> str:
-        """Accelerators one container asks for: a request, else the limit; whole, positive (resources.py)."""
+    def container_gpus(self, c: str, whole_only: bool = False, exact: bool = False) -> str:
+        """Accelerators one container asks for: a request, else the limit; whole, positive (resources.py).
+
+        The engine counts share resources (GPU memory, cores) as one device for a container that asks
+        for no device resource. `exact` writes that (pod_gpus: counts are compared); else each share
+        resource with a positive quantity counts one, in the same flat sum: the same sign, which is all
+        a rule's containerGpuCount(c) > 0 reads, within the nesting the apiserver's parser allows
+        (32 levels; a rule's expression sits deep inside the generated targets). `whole_only` leaves
+        slices and shares out (Accelerators.container_count).
+        """
         c = f"({c})"
+        table = self.accelerators
+        # one flat name test per kind of resource, for the same nesting limit
+        names = table.exact - table.share_exact
+        prefixes = tuple(p for p in table.prefixes if p not in table.share_prefixes)
+        if whole_only:
+            names = frozenset(n for n in names if n not in table.slice_exact and not n.startswith(table.slice_prefixes))
+            prefixes = tuple(p for p in prefixes if p not in table.slice_prefixes)
+        device = _name_test("gwR", names, prefixes)
+        if whole_only or not exact or not (table.share_exact or table.share_prefixes):
+            # shares counted by their quantity: the same sign as the engine's count, all that a rule's
+            # containerGpuCount(c) > 0 reads (a rule's expression sits deep in the generated targets,
+            # and the apiserver's parser allows 32 levels of nesting)
+            return self._resource_sum(c, device if whole_only else self.is_accelerator("gwR"))
+        share = _name_test("gwR", table.share_exact, table.share_prefixes)
+        devices = self._resource_sum(c, device)
+        return f"{devices} + ({self._any_resource(c, share)} && !{self._any_resource(c, device)} ? 1 : 0)"
 
-        def whole(v: str) -> str:
-            q = f"string({v})"
-            return (
-                f"(isQuantity({q}) && quantity({q}).asApproximateFloat() > 0.0 "
-                f"? int(quantity({q}).asApproximateFloat()) : 0)"
-            )
+    def device_count(self, c: str) -> str:
+        """Devices of a container's device resources (share resources left out)."""
+        table = self.accelerators
+        names = table.exact - table.share_exact
+        prefixes = tuple(p for p in table.prefixes if p not in table.share_prefixes)
+        return self._resource_sum(f"({c})", _name_test("gwR", names, prefixes))
 
+    def _any_resource(self, c: str, test: str) -> str:
+        """Whether a container names a resource passing `test` (of gwR) in its limits: an extended
+        resource requested must have a limit (the apiserver's validation, before admission policies)."""
+        limits = f"{c}.resources.limits"
+        return f"(has({c}.resources) && has({limits}) && {limits}.exists(gwR, {test}))"
+
+    def _resource_sum(self, c: str, test: str) -> str:
+        """The whole positive quantities of a container's resources that pass `test` (of gwR): each name's
+        request, else its limit."""
         asked = f"{c}.resources.requests"
         limits = f"{c}.resources.limits"
         return (
             f"(has({c}.resources) ? ("
-            f"(has({asked}) ? {asked}.filter(gwR, {self.is_accelerator('gwR')}).map(gwR, {whole(f'{asked}[gwR]')}) "
+            f"(has({asked}) ? {asked}.filter(gwR, {test}).map(gwR, {_whole(f'{asked}[gwR]')}) "
             f": []) + "
-            f"(has({limits}) ? {limits}.filter(gwR, {self.is_accelerator('gwR')} && "
-            f"!(has({asked}) && gwR in {asked})).map(gwR, {whole(f'{limits}[gwR]')}) : [])"
+            f"(has({limits}) ? {limits}.filter(gwR, {test} && "
+            f"!(has({asked}) && gwR in {asked})).map(gwR, {_whole(f'{limits}[gwR]')}) : [])"
             f").sum() : 0)"
         )
 
-    def pod_gpus(self, spec: str) -> str:
+    def pod_gpus(self, spec: str, whole_only: bool = False) -> str:
         """max(app + sidecar containers, largest regular init container + the sidecars before it), as the
         scheduler counts (resources.Accelerators.pod_count, without DRA claims: see policies.context_refusal)."""
         s = f"({spec})"
         sidecar = "(has(gwC.restartPolicy) && gwC.restartPolicy == 'Always')"
-        count = self.container_gpus("gwC")
+        count = self.container_gpus("gwC", whole_only, exact=True)
         running = (
             f"(has({s}.containers) ? {s}.containers.map(gwC, {count}).sum() : 0) + "
             f"(has({s}.initContainers) ? {s}.initContainers.filter(gwC, {sidecar}).map(gwC, {count}).sum() : 0)"
         )
         # a regular init container runs beside the sidecars started before it (names are unique:
         # indexOf gives each container's place)
+        # (init containers count their devices only: one holding nothing but a GPU share adds no device
+        # here, where the engine adds one; the share test would take the expression past the
+        # apiserver's cost limit)
+        sidecar_count = self.container_gpus("gwD", whole_only=True) if whole_only else self.device_count("gwD")
+        init_count = self.container_gpus("gwC", whole_only=True) if whole_only else self.device_count("gwC")
         inits = f"{s}.initContainers"
         before = (
             f"{inits}.filter(gwD, has(gwD.restartPolicy) && gwD.restartPolicy == 'Always' && "
-            f"{inits}.indexOf(gwD) < {inits}.indexOf(gwC)).map(gwD, {self.container_gpus('gwD')}).sum()"
+            f"{inits}.indexOf(gwD) < {inits}.indexOf(gwC)).map(gwD, {sidecar_count}).sum()"
         )
         largest_init = (
-            f"(has({inits}) ? ([0] + {inits}.filter(gwC, !{sidecar}).map(gwC, {count} + {before})).max() : 0)"
+            f"(has({inits}) ? ([0] + {inits}.filter(gwC, !{sidecar}).map(gwC, {init_count} + {before})).max() : 0)"
         )
         return f"({s} == null ? 0 : [{running}, {largest_init}].max())"
 

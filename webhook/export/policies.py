@@ -39,14 +39,17 @@ CONTEXT_VARIABLES = ("priorityClasses", "defaultPriorityClass", "deviceClaims")
 # what counts accelerators: the engine adds the devices of the pod's DRA claims, resolved against
 # the namespace's ResourceClaims / ResourceClaimTemplates (resources.py), and takes an unresolved
 # claim for an accelerator; the apiserver's CEL sees only the object, so it cannot count the same
-GPU_COUNTING = ("targetGpuCount", "containerGpus")
-_GPU_HELPERS = re.compile(r"\b(gpuCount|containerGpuCount|targetGpuCount)\b")
+GPU_COUNTING = ("targetGpuCount", "targetWholeGpuCount", "containerGpus")
+_GPU_HELPERS = re.compile(r"\b(gpuCount|containerGpuCount|targetGpuCount|targetWholeGpuCount)\b")
 # --claims: what the export does with rules that count accelerators
 #   refuse      (default) they stay with the webhook, which resolves the pod's DRA claims
 #   unresolved  exported as the engine decides without claim context (AdmissionInput.resource_claims
 #               and resource_claim_templates None): every claim is unresolved, which resources.py
 #               takes for an accelerator (`gpu: true` matches a pod with any resourceClaims entry)
 #               that adds 0 devices to the counts (targetGpuCount, gpuCount, containerGpuCount)
+# a DRA claim or claim template under admission counts as an accelerator object when it names an
+# accelerator DeviceClass (the engine's facts.py own_claims)
+CLAIM_KINDS = frozenset({"ResourceClaim", "ResourceClaimTemplate"})
 CLAIMS_REFUSE = "refuse"
 CLAIMS_UNRESOLVED = "unresolved"
 CLAIMS_MODES = (CLAIMS_REFUSE, CLAIMS_UNRESOLVED)
@@ -438,13 +441,28 @@ class RuleExporter:
         if rule.match.gpu is not None:
             # evaluate.py: has_gpus = facts.gpus > 0 or any claim unresolved; this export is only
             # reached for --claims unresolved, where every claim is (targets.py `claimed`)
-            parts.append(
-                f"({LOOP}.gpus > 0 || {LOOP}.claimed)" if rule.match.gpu else f"({LOOP}.gpus == 0 && !{LOOP}.claimed)"
-            )
+            accelerated = f"{LOOP}.gpus > 0 || {LOOP}.claimed"
+            if CLAIM_KINDS & set(rule.match.kinds):
+                accelerated += f" || {self._claim_accelerated()}"
+            parts.append(f"({accelerated})" if rule.match.gpu else f"!({accelerated})")
         if rule.match.condition is not None:
             condition = self.translator.translate(rule.match.condition.text)
             parts.append(f"({condition})" if rule.match.condition.result_type == "BOOL" else f"(({condition}) == true)")
         return " && ".join(parts)
+
+    def _claim_accelerated(self) -> str:
+        """CEL: the object is a ResourceClaim or template naming an accelerator DeviceClass (facts.py
+        own_claims: such a claim under admission matches `gpu: true`)."""
+        table = self.translator.accelerators
+        test = [f"gwO.deviceClassName in [{', '.join(map(string_literal, sorted(table.device_classes)))}]"]
+        test += [f"gwO.deviceClassName.startsWith({string_literal(p)})" for p in table.device_class_prefixes]
+        spec = "object.kind == 'ResourceClaimTemplate' ? (has(object.spec.spec) ? object.spec.spec : {}) : object.spec"
+        return (
+            f"(object.kind in {sorted(CLAIM_KINDS)} && [{spec}].exists(gwK, has(gwK.devices) && "
+            "has(gwK.devices.requests) && gwK.devices.requests.exists(gwQ, (has(gwQ.firstAvailable) ? "
+            "gwQ.firstAvailable : [has(gwQ.exactly) ? gwQ.exactly : gwQ]).exists(gwO, has(gwO.deviceClassName) && "
+            f"({' || '.join(test)})))))"
+        )
 
     def _variables(
         self,

@@ -35,7 +35,7 @@ class KindTarget:
 
 
 # what a target needs its pod specs for (the fields of `_enriched` computed from `specs`)
-SPEC_FIELDS = frozenset({"specs", "spec", "containers", "gpus", "claimed"})
+SPEC_FIELDS = frozenset({"specs", "spec", "containers", "gpus", "wholeGpus", "claimed"})
 
 
 def api_of(kind: str, declared: tuple[KindApi, ...] = ()) -> tuple[str, str]:
@@ -265,6 +265,8 @@ def _enriched(fields: set[str], translator: Translator, with_paths: bool, specs_
         )
     if "gpus" in fields:
         out.append(f"'gpus': dyn(gwX.specs.map(gwS, {translator.pod_gpus('gwS')}).sum())")
+    if "wholeGpus" in fields:
+        out.append(f"'wholeGpus': dyn(gwX.specs.map(gwS, {translator.pod_gpus('gwS', whole_only=True)}).sum())")
     if "claimed" in fields:
         # a pod spec with a resourceClaims entry: without claim context the engine cannot resolve
         # it, and takes it for an accelerator (resources.py PodClaims.unresolved; entries that are
