@@ -167,8 +167,9 @@ class Accelerators:
     def container_count(self, container: Mapping[str, Any], *, whole_only: bool = False) -> int:
         """Accelerators one container asks for; a limit alone counts as the request (pod templates).
 
-        Share resources (GPU memory, cores) count as one device when the container asks for no
-        device resource, else as nothing. `whole_only` counts whole GPUs: slices and shares are left out.
+        Share resources (GPU memory, cores) count as one device when the container names no device
+        resource, else as nothing (by name: what the exported policy can test, export/nativecel.py).
+        `whole_only` counts whole GPUs: slices and shares are left out.
         """
         resources = container.get("resources")
         if not is_map(resources):
@@ -179,17 +180,18 @@ class Accelerators:
         # each name once: its request, else its limit
         amounts = {**(limits if is_map(limits) else {}), **(asked if is_map(asked) else {})}
         total = 0
-        shared = False
+        shared = devices_named = False
         exact, prefixes = self.exact, self.prefixes
         for name, value in amounts.items():
             # `name in self`, inline: a pod's few resource names are counted on every request (and
             # once more for every object an audit reads)
             if name in exact or (isinstance(name, str) and name.startswith(prefixes)):
                 if self.is_share(name):
-                    shared = shared or whole_quantity(value) > 0
+                    shared = True
                 elif not (whole_only and self.is_slice(name)):
+                    devices_named = True
                     total += whole_quantity(value)
-        return 1 if total == 0 and shared and not whole_only else total
+        return 1 if shared and not devices_named and not whole_only else total
 
     def pod_count(
         self, pod_spec: Mapping[str, Any] | None, claims: PodClaims | None = None, *, whole_only: bool = False
