@@ -117,8 +117,8 @@ SCENARIOS: dict[str, Scenario] = {
         _namespace("team-a", TENANT),
     ),
     "dra-pod-claims-resolvable": Scenario(
-        "a tenant pod naming a ResourceClaimTemplate that does not exist",
-        lambda: _pod("sneaky", None, resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "nowhere"}]),
+        "a tenant pod naming a ResourceClaim that does not exist",
+        lambda: _pod("sneaky", None, resourceClaims=[{"name": "gpu", "resourceClaimName": "nowhere"}]),
         _namespace("team-a", TENANT),
     ),
     "gpu-container-resources": Scenario("examples/job-finetune.yaml", lambda: _example("job-finetune.yaml")),
@@ -188,6 +188,22 @@ SCENARIOS: dict[str, Scenario] = {
                 "containers": [
                     {**_pod("greedy", GPU)["spec"]["containers"][0], "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}
                 ]
+            },
+        },
+        _namespace("team-a", TENANT),
+    ),
+    "no-device-list-mounts-in-tenants": Scenario(
+        "a tenant GPU container mounting /dev/null at /var/run/nvidia-container-devices/all",
+        lambda: {
+            **_pod("greedy", GPU, volumes=[{"name": "all", "hostPath": {"path": "/dev/null"}}]),
+            "spec": {
+                "volumes": [{"name": "all", "hostPath": {"path": "/dev/null"}}],
+                "containers": [
+                    {
+                        **_pod("greedy", GPU)["spec"]["containers"][0],
+                        "volumeMounts": [{"name": "all", "mountPath": "/var/run/nvidia-container-devices/all"}],
+                    }
+                ],
             },
         },
         _namespace("team-a", TENANT),

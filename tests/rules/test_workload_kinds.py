@@ -88,5 +88,8 @@ def test_top_level_rules_see_the_job_object_not_its_templates(rule_pack):
     decision = run(
         rule_pack("kueue-queue-name"), obj, namespace("ml-research", annotations={"gpu-webhook.io/queue": "q"})
     )
-    assert decision.patch == [{"op": "add", "path": "/metadata/labels", "value": {"kueue.x-k8s.io/queue-name": "q"}}]
+    assert decision.patch == [
+        {"op": "add", "path": "/metadata/labels", "value": {"kueue.x-k8s.io/queue-name": "q"}},
+        {"op": "add", "path": "/spec/runPolicy", "value": {"suspend": True}},  # MPIJob.Suspend() in Kueue
+    ]
     assert [t.target for t in decision.trace] == ["MPIJob horovod-bert"]
