@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from .decision import NO_NAMESPACE_CONTEXT
 from .policy import Rule
-from .workloads import Target, get_path
+from .workloads import Target, get_path, pods_elsewhere
 
 if TYPE_CHECKING:
     from .facts import WorkingCopy
@@ -62,8 +62,11 @@ def gate(copy: WorkingCopy, rule: Rule, target: Target) -> str | None:
             return "namespaceSelector does not match"
     if match.object_selector is not None and not _object_selected(copy, rule, target):
         return "objectSelector does not match"
-    if match.gpu is not None and copy.facts(target).accelerated() != match.gpu:
-        # an unresolved DRA claim counts as an accelerator (resources.py explains why)
+    if match.gpu is not None and (
+        copy.facts(target).accelerated() or (target.root == () and pods_elsewhere(copy.working))
+    ) != match.gpu:
+        # an unresolved DRA claim counts as an accelerator (resources.py explains why), and so does a
+        # kind whose pods admission cannot see (a TrainJob's come from its runtime)
         return "requests no accelerators (gpu: true)" if match.gpu else "requests accelerators (gpu: false)"
     return None
 

@@ -115,6 +115,9 @@ class WorkloadKind:
     mutated: bool = True
     # False: Pod rules do not extend to its templates; rules that name the kind still see its pod specs
     autogen: bool = True
+    # True: its pods come from an object admission cannot see (a TrainJob's TrainingRuntime), so
+    # `gpu: true` counts it as asking for accelerators (matching.gate) and `gpu: false` never matches it
+    pods_elsewhere: bool = False
 
     @property
     def api_versions(self) -> tuple[str, ...]:
@@ -235,7 +238,7 @@ KINDS: tuple[WorkloadKind, ...] = (
         # controller creates them, and no fixed path reaches its templates (registration, export)
         autogen=False,
     ),
-    WorkloadKind("TrainJob", "trainer.kubeflow.org", ("v1alpha1",), "trainjobs", (), None),
+    WorkloadKind("TrainJob", "trainer.kubeflow.org", ("v1alpha1",), "trainjobs", (), None, pods_elsewhere=True),
     WorkloadKind("ResourceClaim", "resource.k8s.io", ("v1",), "resourceclaims", (), None),
     WorkloadKind("ResourceClaimTemplate", "resource.k8s.io", ("v1",), "resourceclaimtemplates", (), None),
     WorkloadKind(
@@ -254,6 +257,12 @@ TEMPLATED: dict[str, WorkloadKind] = {k.kind: k for k in KINDS if k.find is not 
 WORKLOADS: dict[str, WorkloadKind] = {k.kind: k for k in TEMPLATED.values() if k.autogen}
 WORKLOAD_KINDS: frozenset[str] = frozenset(WORKLOADS)
 UNMUTATED_KINDS: frozenset[str] = frozenset(k.kind for k in KINDS if not k.mutated)
+
+
+def pods_elsewhere(obj: Mapping[str, Any]) -> bool:
+    """Whether the object is of a kind whose pods admission cannot see (WorkloadKind.pods_elsewhere)."""
+    entry = BY_KIND.get(str(obj.get("kind")))
+    return entry is not None and entry.pods_elsewhere and api_group(obj) == entry.group
 
 
 def api_group(obj: Mapping[str, Any]) -> str:
