@@ -72,7 +72,7 @@ def test_a_rule_that_stops_denying(cli, tmp_path):
     assert code == 1
     assert "rule gpu-requests-equal-limits: expected denied, got warned: pod train: container main requests" in out
     assert "expected allowed: false, got true (no rule denied it)" in out
-    assert out.splitlines()[-1] == "3 passed, 3 failed"
+    assert out.splitlines()[-1] == "3 passed, 5 failed"
 
 
 def test_expectations(cli, write, tmp_path):
