@@ -13,7 +13,6 @@ come from the cluster through the server's `get` and `fill`, not from the audite
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -114,7 +113,9 @@ class NamespaceContext:
             operation=operation,
             old_object=_with_namespace(old_object, namespace),
             namespace=namespace,
-            namespace_object=copy.deepcopy(namespace_object) if namespace_object is not None else None,
+            # shared, not copied: the engine never edits namespaceObject (the server hands it the watch
+            # cache's own dict), and the same object lets it reuse its answers per namespace by identity
+            namespace_object=namespace_object,
             user_info=user_info,
             cluster_objects=cluster_objects,
         )
