@@ -163,6 +163,7 @@ def test_context_is_listed_first_page_by_page_and_once(run, cluster, tmp_path):
         "GET /apis/scheduling.k8s.io/v1/priorityclasses",
         "GET /apis/resource.k8s.io/v1/resourceclaims",
         "GET /apis/resource.k8s.io/v1/resourceclaimtemplates",
+        "GET /apis/gpu-webhook.io/v1alpha1/gpupolicyexceptions",  # none served here: no exception applies
     ]
     # DRA objects are both: listed once more, as audited objects, after the context
     assert sum(r.startswith("GET /apis/resource.k8s.io/v1/resourceclaimtemplates") for r in cluster.requests) == 2
