@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -25,7 +26,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.conftest import WebhookServer, gpu_pod
+from tests.e2e.conftest import WebhookServer, gpu_pod, gpu_webhook
 from tests.e2e.test_registration_sync import account_client  # noqa: F401 (a fixture: the ServiceAccount)
 from tests.support import REPO, RULES
 from tests.support.envtest import EnvTest, Response
@@ -488,3 +489,41 @@ def test_the_service_account_watches_policies_and_writes_their_status_with_the_s
     finally:
         caches.stop()
     assert apiserver.request("DELETE", path_of("gpupolicies", "e2e-second-replica")).ok
+
+
+def test_an_admitted_excepted_workload_is_reported_excepted_by_the_cluster_audit(
+    apiserver: EnvTest, webhook_server: WebhookServer, crds: list[str]
+) -> None:
+    """The server and `audit --cluster` read the same GPUPolicyExceptions: what the webhook let through
+    because of one, the audit reports as excepted by it, not as passing nor failing."""
+    where = "e2e-excepted-audit"
+    apiserver.create_namespace(where)
+    legacy = deployment("legacy-cuda", where, {})
+    legacy["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    assert "no-visible-devices-without-gpu" in denial(apiserver.dry_run_create(legacy))
+    create(
+        apiserver,
+        {
+            "apiVersion": GROUP_VERSION,
+            "kind": "GPUPolicyException",
+            "metadata": {"name": "legacy-image", "namespace": where},
+            "spec": {
+                "rules": ["no-visible-devices-without-gpu"],
+                "match": {"kinds": ["Deployment"], "names": ["legacy-cuda"]},
+                "reason": "the vendor image sets it; ticket OPS-1234",
+            },
+        },
+    )
+    stored = wait_for(
+        f"the Deployment admitted under the exception\n{webhook_server.logs()}",
+        answer_when(lambda: apiserver.create(legacy), lambda a: a.ok),
+    )
+    assert stored.body["metadata"]["name"] == "legacy-cuda"
+
+    done = gpu_webhook(
+        "audit", "--cluster", "--kubeconfig", str(apiserver.kubeconfig), "-n", where, "-o", "json", "--fail-on", "never"
+    )
+    (audited,) = [o for o in json.loads(done.stdout)["objects"] if o["name"] == "legacy-cuda"]
+    (outcome,) = [r for r in audited["rules"] if r["rule"] == "no-visible-devices-without-gpu"]
+    assert outcome["result"] == "excepted", audited
+    assert f"excepted by {where}/legacy-image: the vendor image sets it" in json.dumps(outcome)
