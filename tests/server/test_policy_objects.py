@@ -12,6 +12,9 @@ import contextlib
 import copy
 import json
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -232,3 +235,15 @@ def test_two_replicas_write_once_each_and_then_agree() -> None:
     # a replica known to be gone is dropped from the list when another writes
     gone = wanted_status(live, obj, replica_entry("a", obj, State()), "t5", lambda name: name != "b")
     assert [e["id"] for e in gone["byPod"]] == ["a"]
+
+
+def test_policy_objects_need_a_cluster(cert_dir: Path) -> None:
+    """--policies cluster (or both) without a cluster connection is a usage error, said at once."""
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBERNETES_SERVICE_HOST", "GPU_WEBHOOK_RULES")}
+    result = subprocess.run(
+        [sys.executable, "-m", "webhook.cli", "serve", "--policies", "cluster", "--port", "0",
+         "--cert-dir", str(cert_dir), "--namespaces", "off"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "--policies cluster reads GPUPolicy objects from a cluster" in result.stderr
