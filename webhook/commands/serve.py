@@ -77,7 +77,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="where rules come from: files (--rules/--site, the pack by default), cluster (GPUPolicy and "
         "GPUPolicyOverlay objects), or both, loaded together (a rule name in both is an error). auto "
         "(default): both when there is a cluster connection (see --namespaces), else files; a cluster "
-        "without the CRDs then simply has no policy objects. Uses the connection of --namespaces",
+        "without the CRDs then simply has no policy objects. Uses the connection of --namespaces, which also "
+        "reads the GPUPolicyExceptions whatever this says",
     )
     parser.add_argument("--kubeconfig", help="kubeconfig for the namespace watch (default: in-cluster)")
     parser.add_argument("--context", help="kubeconfig context for the namespace watch")
