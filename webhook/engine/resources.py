@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from . import celsyntax
@@ -392,7 +393,7 @@ def pinned_profiles(selectors: Any) -> list[str]:
     (either side) or `... .profile in ['<p>', ...]`: anything else (`||`, `!=`, `?:`, a capacity
     test, a regex, a profile in another domain) proves nothing, so such a request may get any profile.
     """
-    pinned: set[str] | None = None
+    pinned: frozenset[str] | None = None
     for selector in selectors if isinstance(selectors, list) else []:
         cel = selector.get("cel") if isinstance(selector, Mapping) else None
         expression = cel.get("expression") if isinstance(cel, Mapping) else None
@@ -402,7 +403,8 @@ def pinned_profiles(selectors: Any) -> list[str]:
     return [ANY_PROFILE] if pinned is None else sorted(pinned)
 
 
-def _expression_profiles(expression: str) -> set[str] | None:
+@lru_cache(maxsize=1024)  # a namespace's few claim templates are read on every pod that uses them
+def _expression_profiles(expression: str) -> frozenset[str] | None:
     try:
         found = celsyntax.tokens(expression)[:-1]  # without the `end` token
     except celsyntax.CelSyntaxError:
@@ -425,7 +427,7 @@ def _expression_profiles(expression: str) -> set[str] | None:
         profiles = _term_profiles(term)
         if profiles is not None:
             pinned = profiles if pinned is None else pinned & profiles
-    return pinned
+    return None if pinned is None else frozenset(pinned)
 
 
 def _term_profiles(term: list[celsyntax.Token]) -> set[str] | None:
