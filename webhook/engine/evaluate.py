@@ -143,8 +143,12 @@ class _Run:
         if self.excepting:
             fused = [(rule, target) for rule, target in fused if self._exception(rule) is None]
         self.programs.fuse_validations(fused)
+        trace = self._entry
         for rule, target, reason in checked:
-            self.validate(rule, target, reason)
+            if reason is None or reason == REFUSED_FOR_CONTEXT:
+                self.validate(rule, target, reason)
+            else:  # did not match (as _match would trace it): most candidates offline, with no namespace context
+                trace(rule, target, reason)
 
     def validate(self, rule: Rule, target: Target, reason: str | None) -> None:
         """One validating rule on one target that matching.gate answered `reason` for."""
