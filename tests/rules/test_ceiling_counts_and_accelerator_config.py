@@ -11,7 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.rules.rulekit import RULES
+from tests.rules.rulekit import RULES, namespace, run
+from webhook.engine import load_rules
 
 CONFIG = """\
 apiVersion: gpu-webhook.io/v1alpha1
@@ -139,3 +140,30 @@ def test_an_unknown_config_key_is_a_clear_error(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert "acceleratorSharedResources" in done.stdout + done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_an_admin_named_extended_resource_of_a_mig_class_pins_no_profile(tmp_path: Path) -> None:
+    """A DeviceClass's spec.extendedResourceName (KEP-5004) for MIG slices, listed in the rule's params:
+    the scheduler's claim has no selector, so a namespace restricted to some profiles refuses it."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    text = (RULES / "mig-profiles.yaml").read_text()
+    assert "    migExtendedResources: []\n" in text
+    (rules / "mig-profiles.yaml").write_text(
+        text.replace("    migExtendedResources: []\n", "    migExtendedResources: [example.com/mig]\n")
+    )
+    (rules / "config.yaml").write_text(CONFIG.replace("example.com/vgpu]", "example.com/vgpu, example.com/mig]", 1))
+    pack = load_rules(rules).require()
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "nb", "namespace": "notebooks"},
+        "spec": {
+            "containers": [{"name": "nb", "image": "jupyter:1", "resources": {"limits": {"example.com/mig": "1"}}}]
+        },
+    }
+    restricted = namespace("notebooks", annotations={"gpu-webhook.io/allowed-mig-profiles": "1g.10gb"})
+    decision = run(pack, pod, restricted)
+    assert not decision.allowed
+    assert "requests example.com/mig, a MIG slice of any profile" in decision.denial_message
+    assert run(pack, pod, namespace("notebooks")).allowed  # every profile allowed: nothing to pin
