@@ -6,7 +6,15 @@ asyncio gives each TLS connection a 256 KiB read buffer at accept time, and hold
 that never starts TLS for its 60 s handshake timeout. So:
 
 - the TLS read buffer is 16 KiB (one TLS record; a 3 MiB body is read in more, smaller reads);
-- a TLS handshake must finish within `handshake_timeout` (the apiserver's takes milliseconds);
+- a client must start its TLS handshake within `handshake_timeout` and finish it within as long
+  again (the apiserver's takes milliseconds);
+- the TLS state (asyncio's SSLProtocol, an SSL object, two memory BIOs, the read buffer) is made
+  when the client's first bytes arrive, and aiohttp's request handler (parser, buffers, timers)
+  when the handshake is done: a socket that never sends costs an accepted socket, a small
+  protocol and a timer, and leaves nothing for the garbage collector when it is dropped. asyncio's
+  own TLS server makes all of it at accept and drops a silent socket by raising into the accept
+  task (a reference cycle per socket): 1,000 silent sockets reconnecting every few seconds then
+  made full collections of ~150 ms on the event loop, and their time-outs came in bursts;
 - at most `max_connections` are open; at the limit, idle connections (no request in progress,
   oldest first) are closed to make room, and if none is idle the new connection is refused
   with an HTTP 503 that says why.
@@ -19,6 +27,7 @@ import asyncio.sslproto
 import logging
 import ssl
 import time
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -52,11 +61,92 @@ class _Refused(asyncio.Protocol):
         transport.close()
 
 
+class _UntilFirstBytes(asyncio.Protocol):
+    """An accepted socket before the client has sent anything: a timer and nothing else. Its first
+    bytes (a TLS ClientHello) start TLS on it; silence past the deadline drops it."""
+
+    __slots__ = ("_make_app", "_timer", "_tls", "_transport")
+
+    def __init__(self, tls: TlsOnFirstBytes, make_app: Callable[[], asyncio.BaseProtocol]) -> None:
+        self._tls = tls
+        self._make_app = make_app
+        self._transport: asyncio.Transport | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._timer = self._tls.loop.call_later(self._tls.handshake_timeout, transport.abort)
+
+    def data_received(self, data: bytes) -> None:
+        assert self._transport is not None and self._timer is not None
+        self._timer.cancel()
+        self._tls.start(self._transport, data, self._make_app())
+
+    def eof_received(self) -> bool:
+        return False  # closed before a byte: close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+class TlsOnFirstBytes:
+    """Starts server-side TLS on a plain transport whose first bytes were read already."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, context: ssl.SSLContext, handshake_timeout: float) -> None:
+        self.loop = loop
+        self.context = context
+        self.handshake_timeout = handshake_timeout
+
+    def start(self, transport: asyncio.Transport, first: bytes, app: asyncio.BaseProtocol) -> None:
+        # what loop.start_tls does, plus the bytes already read (start_tls wants none pending); the
+        # handshake gets as long again as the client had to start it, counted from its first bytes
+        protocol = asyncio.sslproto.SSLProtocol(
+            self.loop,
+            app,
+            self.context,
+            None,  # type: ignore[arg-type]  # no waiter (asyncio accepts None): the application protocol learns of the handshake
+            server_side=True,
+            ssl_handshake_timeout=self.handshake_timeout,  # type: ignore[arg-type]  # typeshed says int; a float works
+            ssl_shutdown_timeout=self.handshake_timeout,
+        )
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        view = memoryview(first)
+        while view and not transport.is_closing():
+            buffer = protocol.get_buffer(len(view))
+            size = min(len(buffer), len(view))
+            buffer[:size] = view[:size]
+            view = view[size:]
+            protocol.buffer_updated(size)
+
+
+class _AfterHandshake(asyncio.Protocol):
+    """Stands in for aiohttp's handler until the TLS handshake is done, then hands the
+    transport to a handler made at that moment (asyncio calls the application protocol's
+    connection_made only after the handshake; a failed or timed-out handshake never reaches it)."""
+
+    __slots__ = ("_make",)
+
+    def __init__(self, make: Callable[[], asyncio.BaseProtocol]) -> None:
+        self._make = make
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        handler = self._make()
+        transport.set_protocol(handler)
+        handler.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:  # never called: the handler replaces this first
+        raise RuntimeError("data before connection_made")
+
+
 class ConnectionGuard:
     """Protocol factory in front of aiohttp's: counts connections, makes room, refuses past the limit."""
 
-    def __init__(self, server: web.Server, max_connections: int, metrics: Metrics) -> None:
+    def __init__(self, server: web.Server, max_connections: int, metrics: Metrics, tls: TlsOnFirstBytes) -> None:
         self.server = server
+        self.tls = tls
         self.max_connections = max_connections
         self.metrics = metrics
         self.listener: asyncio.AbstractServer | None = None  # set once listening
@@ -89,8 +179,8 @@ class ConnectionGuard:
         if self.count() >= self.max_connections and not self._make_room():
             self.metrics.connections_refused.labels("limit").inc()
             self._warn()
-            return _Refused()
-        return self.server()
+            return _UntilFirstBytes(self.tls, _Refused)
+        return _UntilFirstBytes(self.tls, lambda: _AfterHandshake(self.server))
 
     def _make_room(self) -> bool:
         """Close the oldest idle connection; False when every connection has a request in progress."""
@@ -114,8 +204,8 @@ class ConnectionGuard:
 
 
 class GuardedSite(web.TCPSite):
-    """aiohttp's TCPSite, with the guard as protocol factory and TLS handshake/shutdown timeouts
-    (aiohttp 3.14's TCPSite does not pass them to loop.create_server)."""
+    """aiohttp's TCPSite, with the guard as protocol factory, TLS started on a socket's first bytes
+    and the handshake/shutdown timeouts (aiohttp 3.14's TCPSite does not pass them to loop.create_server)."""
 
     def __init__(
         self,
@@ -140,18 +230,18 @@ class GuardedSite(web.TCPSite):
         server = self._runner.server
         assert server is not None
         max_connections, handshake_timeout = self._guard_limits
-        self.guard = ConnectionGuard(server, max_connections, self._metrics)
         loop = asyncio.get_running_loop()
+        assert self._ssl_context is not None
+        tls = TlsOnFirstBytes(loop, self._ssl_context, handshake_timeout)
+        self.guard = ConnectionGuard(server, max_connections, self._metrics, tls)
+        # a plain TCP server: the guard's protocols start TLS themselves (TlsOnFirstBytes)
         self._server = await loop.create_server(
             self.guard,
             self._host,
             self._port,
-            ssl=self._ssl_context,
             backlog=self._backlog,
             reuse_address=self._reuse_address,
             reuse_port=self._reuse_port,
-            ssl_handshake_timeout=handshake_timeout,
-            ssl_shutdown_timeout=handshake_timeout,
         )
         self.guard.listener = self._server
         self._bound_port = self._server.sockets[0].getsockname()[1]
