@@ -167,3 +167,19 @@ def test_an_admin_named_extended_resource_of_a_mig_class_pins_no_profile(tmp_pat
     assert not decision.allowed
     assert "requests example.com/mig, a MIG slice of any profile" in decision.denial_message
     assert run(pack, pod, namespace("notebooks")).allowed  # every profile allowed: nothing to pin
+
+
+def test_a_mistyped_count_denies_and_names_the_mistake(tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    text = (RULES / "gpu-per-pod-ceiling.yaml").read_text()
+    (rules / "gpu-per-pod-ceiling.yaml").write_text(text.replace("    counts: devices\n", "    counts: wholeGPUs\n"))
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "team-a"},
+        "spec": {"containers": [{"name": "c", "image": "cuda:12", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }
+    decision = run(load_rules(rules).require(), pod, namespace("team-a"))
+    assert not decision.allowed
+    assert "params.counts is wholeGPUs, not devices or wholeGpus" in decision.denial_message
