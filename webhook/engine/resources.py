@@ -403,7 +403,7 @@ def pinned_profiles(selectors: Any) -> list[str]:
     return [ANY_PROFILE] if pinned is None else sorted(pinned)
 
 
-@lru_cache(maxsize=1024)  # a namespace's few claim templates are read on every pod that uses them
+@lru_cache(maxsize=256)  # a namespace's few templates, read on every pod that uses them; 10 KiB texts at most
 def _expression_profiles(expression: str) -> frozenset[str] | None:
     try:
         found = celsyntax.tokens(expression)[:-1]  # without the `end` token
