@@ -37,6 +37,7 @@ import math
 import os
 import platform
 import re
+import shutil
 import ssl
 import statistics
 import subprocess
@@ -52,7 +53,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from bench import handler_time
+from bench import handler_time, micro
 from tests.support.envtest import EnvTest, EnvTestError, assets_dir, free_port, log_tail, spawn, terminate
 from webhook.certs import CA_FILE, Bundle, generate_serving, load_ca, write_bundle
 
@@ -187,13 +188,15 @@ def _listening(name: str, command: list[str], tmp: Path, port: int, serving: Pat
 
 
 def gpu_webhook_server(
-    name: str, tmp: Path, serving: Path, port: int, metrics_port: int, rules: Path, kubeconfig: Path
+    name: str, tmp: Path, serving: Path, port: int, metrics_port: int, rules: Path, kubeconfig: Path, workers: int = 1
 ) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
+    """`gpu-webhook serve` (with --workers N: N processes on one port, worker i's metrics on metrics_port + i)."""
     command = [
         sys.executable, "-m", "webhook.cli", "serve",
         "--port", str(port), "--cert-dir", str(serving), "--rules", str(rules),
         "--namespaces", "watch", "--kubeconfig", str(kubeconfig),
         "--metrics-port", str(metrics_port), "--log-level", "warning", "--shutdown-timeout", "5",
+        "--workers", str(workers),
     ]  # fmt: skip
     return process(name, command, tmp, f"http://127.0.0.1:{metrics_port}/readyz", serving / CA_FILE)
 
@@ -230,6 +233,14 @@ def registration(documents: list[dict[str, Any]], config: str) -> tuple[list[dic
     return webhooks, policies
 
 
+def snapshot_rules(tmp: Path) -> Path:
+    """A copy of the pack for this run: an edit of rules/ meanwhile would make the servers reload
+    (a full garbage collection each) and the manifests disagree with them."""
+    copy_ = tmp / "rules"
+    shutil.copytree(RULES, copy_)
+    return copy_
+
+
 def write_configmap_rules(documents: list[dict[str, Any]], directory: Path) -> int:
     """The rules `manifests --native` leaves to the webhook (its rules ConfigMap), as files in `directory`."""
     directory.mkdir(parents=True)
@@ -245,7 +256,7 @@ def write_configmap_rules(documents: list[dict[str, Any]], directory: Path) -> i
 # -- metrics ---------------------------------------------------------------------------------------
 
 
-def _percentile(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
     ordered = sorted(values)  # nearest rank: p99 of 100 is the second slowest, of 300 the fourth
@@ -304,7 +315,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-apiserver-") as scratch, contextlib.ExitStack() as stack:
         tmp = Path(scratch)
         rendered_certs, serving = serving_certs(tmp)
-        common = ["manifests", "--ca", str(rendered_certs), "--rules", str(RULES), "--image", IMAGE]
+        pack = snapshot_rules(tmp)
+        common = ["manifests", "--ca", str(rendered_certs), "--rules", str(pack), "--image", IMAGE]
         full = [d for d in yaml.safe_load_all(cli(*common)) if d]
         native = [d for d in yaml.safe_load_all(cli(*common, "--native")) if d] if "mixed" in configs else []
         began = time.monotonic()
@@ -325,7 +337,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if config not in configs:
                 continue
             documents = full if config == "gpu-webhook" else native
-            rules = RULES
+            rules = pack
             if config == "mixed":
                 rules = tmp / "mixed-rules"
                 print(f"mixed mode: {write_configmap_rules(native, rules)} rule files left to the webhook", flush=True)
@@ -345,10 +357,52 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         wait_until_called(env, configs)
         if "mixed" in configs:
             wait_for_policies(env)
-        return asyncio.run(measure(env, configs, metric_ports, pids, args))
+        result = asyncio.run(measure(env, configs, metric_ports, pids, args))
+        result["handler_cpu"] = handler_cpu(pack, result["rows"])
+        return result
 
 
-def wait_until_called(env: EnvTest, configs: list[str]) -> None:
+# A GPU pod create's handler CPU in process was 0.8-1.0 ms (bench.micro, November 2026): past this it has regressed
+HANDLER_CPU_LIMIT_MS = 1.0
+
+
+def handler_cpu(pack: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A GPU pod create's handler CPU (/mutate + /validate): in process, as bench.micro measures it
+    (thread CPU of the handler body, best of 5 rounds: stable on a shared machine), and through the
+    apiserver, the server's CPU per create beyond the no-op server's (from /proc, 10 ms ticks)."""
+    costs = micro.handler_costs(micro.load([str(pack)]), "gpu-pod", iterations=300)
+    through: dict[str, float] = {}
+    index = {(r["config"], r["pod"], r["clients"]): r for r in rows}
+    for (config, kind, clients), row in index.items():
+        floor = index.get(("noop", kind, clients))
+        if config == "gpu-webhook" and kind == "gpu" and floor is not None:
+            through[str(clients)] = row["webhook_cpu_ms_per_create"] - floor["webhook_cpu_ms_per_create"]
+    return {
+        "in_process_ms": costs["both"] / 1e3,
+        "mutate_ms": costs["mutate"] / 1e3,
+        "validate_ms": costs["validate"] / 1e3,
+        "over_noop_through_apiserver_ms": through,
+        "limit_ms": HANDLER_CPU_LIMIT_MS,
+        "regressed": costs["both"] / 1e3 > HANDLER_CPU_LIMIT_MS,
+    }
+
+
+def handler_cpu_lines(figures: dict[str, Any]) -> list[str]:
+    through = ", ".join(f"{ms:.2f} ms at {c} client(s)" for c, ms in figures["over_noop_through_apiserver_ms"].items())
+    lines = [
+        f"handler CPU per GPU pod create: {figures['in_process_ms']:.2f} ms in process (mutate "
+        f"{figures['mutate_ms']:.2f} + validate {figures['validate_ms']:.2f}; bench.micro, best of 5)"
+        + (f"; server CPU over the no-op server through the apiserver: {through}" if through else "")
+    ]
+    if figures["regressed"]:
+        lines.append(
+            f"FLAG: handler CPU per GPU pod create {figures['in_process_ms']:.2f} ms > {figures['limit_ms']:.1f} ms: "
+            "a regression (python -m bench.micro shows the stages and the engine's modules)"
+        )
+    return lines
+
+
+def wait_until_called(env: EnvTest, configs: list[str], namespaces: dict[str, str] = NAMESPACES) -> None:
     """Until a dry-run GPU pod in each webhook configuration's namespace reaches both of its webhooks."""
     for config in configs:
         if config == "none":
@@ -357,7 +411,7 @@ def wait_until_called(env: EnvTest, configs: list[str]) -> None:
         before = apiserver_histogram(env)
         deadline = time.monotonic() + 30
         while True:
-            answer = env.dry_run_create(pod("gpu", NAMESPACES[config]))
+            answer = env.dry_run_create(pod("gpu", namespaces[config]))
             after = apiserver_histogram(env)
             if all(after.get(n, {}).get("count", 0) > before.get(n, {}).get("count", 0) for n in names):
                 if not answer.ok:
@@ -452,7 +506,7 @@ def summarise(cells: dict[tuple[str, str, int], dict[str, Any]]) -> dict[str, An
             "failures": len(cell["failures"]),
             "failure_examples": cell["failures"][:3],
             "p50_ms": statistics.median(lat) if lat else float("nan"),
-            "p99_ms": _percentile(lat, 0.99),
+            "p99_ms": percentile(lat, 0.99),
             "mean_ms": statistics.fmean(lat) if lat else float("nan"),
             "creates_per_s": len(lat) / cell["wall"] if cell["wall"] else float("nan"),
             "webhook_cpu_ms_per_create": cell["cpu_s"] / len(lat) * 1e3 if lat else float("nan"),
@@ -572,7 +626,7 @@ def main() -> int:
         ).stdout.strip(),
     }
     print(table(result))
-    for line in goals(result):
+    for line in [*goals(result), *handler_cpu_lines(result["handler_cpu"])]:
         print(line)
     for row in result["rows"]:
         for failure in row["failure_examples"]:
@@ -581,7 +635,7 @@ def main() -> int:
     path = args.out / f"apiserver-{time.strftime('%Y%m%dT%H%M%S')}.json"
     path.write_text(json.dumps(result, indent=2, default=str))
     print(f"{path} ({result['meta']['seconds']:.0f} s, load average {result['meta']['load_average'][0]:.2f})")
-    return 0
+    return 3 if result["handler_cpu"]["regressed"] else 0
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.reviews import bodies, namespace, write_generated_rules
-from webhook.engine import DEFAULT_LIMITS, Mode, Phase, RuleSet, evaluate, load_rules
+from webhook.engine import DEFAULT_LIMITS, ClusterContext, Mode, Phase, RuleSet, evaluate, load_rules
 from webhook.server.admission import build_response, parse_review
 from webhook.server.context import Snapshot
 from webhook.server.pipeline import DecideConfig, Problem, decide
@@ -64,7 +64,8 @@ def handler_costs(ruleset: RuleSet, workload: str, iterations: int = 2000) -> di
     """
     plain = workload.startswith("plain-")
     # as the watch caches fill it: the Namespace, no PriorityClasses, no DRA claims in the namespace
-    context = Snapshot("team-a", None if plain else namespace(), None if plain else {}, {}, {})
+    cluster = ClusterContext() if plain else ClusterContext({}, {}, {})
+    context = Snapshot("team-a", None if plain else namespace(), cluster)
     out: dict[str, float] = {}
     for endpoint, phase in (("mutate", Phase.MUTATE), ("validate", Phase.VALIDATE)):
         config = DecideConfig(phase, Mode.ENFORCE, DEFAULT_LIMITS)
