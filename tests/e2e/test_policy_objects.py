@@ -291,7 +291,7 @@ def test_a_broken_policy_is_refused_at_apply_with_its_field_path(apiserver: EnvT
 
 
 def test_an_exception_lets_one_deployment_through_one_rule_until_it_expires(
-    apiserver: EnvTest, webhook_server: WebhookServer, crds: list[str]
+    apiserver: EnvTest, webhook_server: WebhookServer, crds: list[str], record_property: Callable[[str, object], None]
 ) -> None:
     excepted_namespace, elsewhere = "e2e-exceptions", "e2e-exceptions-elsewhere"
     apiserver.create_namespace(excepted_namespace)
@@ -326,6 +326,7 @@ def test_an_exception_lets_one_deployment_through_one_rule_until_it_expires(
         return message if "e2e-rule-a says no" not in message else None
 
     message = wait_for(f"the exception in effect\n{webhook_server.logs()}", only_rule_b, timeout=10)
+    record_property("seconds_until_the_exception_applies", round(time.monotonic() - started, 2))
     assert "e2e-rule-b says no" in message  # one rule only: b still denies
     # another Deployment of the namespace, and the same one elsewhere: not excepted
     other = denial(apiserver.dry_run_create(deployment("other", excepted_namespace, {DENY_LABEL: "yes"})))
@@ -342,6 +343,7 @@ def test_an_exception_lets_one_deployment_through_one_rule_until_it_expires(
         lambda: "e2e-rule-a says no" in denial(apiserver.dry_run_create(web)),
         timeout=5,
     )
+    record_property("seconds_past_expiry_until_it_stops", round(time.monotonic() - started - lifetime, 2))
     for name in ("e2e-rule-a", "e2e-rule-b"):
         assert apiserver.request("DELETE", path_of("gpupolicies", name)).ok
 
