@@ -13,6 +13,9 @@ example tenant namespace (`team-llm`), plus that target label:
 
     none         bench-none: no webhook selects it (the same labels; the apiserver's own path)
     noop         bench-noop: the no-op webhook, registered with the same rules
+    noop-patch   bench-noop-patch: the no-op webhook answering /mutate with the patch gpu-webhook
+                 makes for each pod (precomputed by the engine): what applying that patch costs
+                 the apiserver, apart from what evaluating it costs gpu-webhook
     gpu-webhook  bench-gpu: gpu-webhook, full pack, both phases
     mixed        bench-mixed: the pack's native policies in the apiserver + gpu-webhook for the rest
 
@@ -22,8 +25,12 @@ client process). Rounds alternate the configurations (and rotate their order), `
 configuration, pod and concurrency in each round, so every configuration meets the same
 neighbours. Around every batch the apiserver's /metrics
 (`apiserver_admission_webhook_admission_duration_seconds`, per webhook) and the servers'
-`gpu_webhook_request_duration_seconds` are scraped. Prints a table and writes
-bench/results/tmp/apiserver-<timestamp>.json.
+`gpu_webhook_request_duration_seconds` are scraped, and the apiserver's time in its
+ValidatingAdmissionPolicy plugin (mixed mode's native policies). The pack is copied once at the
+start, so an edit of rules/ during the run changes nothing. Prints a table, the goals against the
+no-op webhook, and a GPU pod create's handler CPU (in process, as bench.micro measures it, and the
+server's CPU per create over the no-op server's): past 1.0 ms a FLAG line, and the exit code is 3.
+Writes bench/results/tmp/apiserver-<timestamp>.json.
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ import yaml
 from bench import handler_time, micro
 from tests.support.envtest import EnvTest, EnvTestError, assets_dir, free_port, log_tail, spawn, terminate
 from webhook.certs import CA_FILE, Bundle, generate_serving, load_ca, write_bundle
+from webhook.engine import AdmissionInput, Mode, Phase, evaluate
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "tmp"
@@ -67,8 +75,14 @@ CLUSTER_FLAGS = (
     "--runtime-config=resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true",
 )
 TARGET = "bench.gpu-webhook.io/target"
-CONFIGS = ("none", "noop", "gpu-webhook", "mixed")
-NAMESPACES = {"none": "bench-none", "noop": "bench-noop", "gpu-webhook": "bench-gpu", "mixed": "bench-mixed"}
+CONFIGS = ("none", "noop", "noop-patch", "gpu-webhook", "mixed")
+NAMESPACES = {
+    "none": "bench-none",
+    "noop": "bench-noop",
+    "noop-patch": "bench-noop-patch",
+    "gpu-webhook": "bench-gpu",
+    "mixed": "bench-mixed",
+}
 # docs/operations.md, "An example tenant namespace"
 TENANT_LABELS = {
     "gpu-webhook.io/tenant": "true",
@@ -90,7 +104,12 @@ TENANT_ANNOTATIONS = {
     "gpu-webhook.io/max-devices-per-claim-request": "8",
 }
 APISERVER_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
-_APISERVER_LINE = re.compile(rf"^{APISERVER_METRIC}_(bucket|sum|count)\{{([^}}]*)\}} (\S+)$")
+# the apiserver's time in its admission plugins, per plugin: that of ValidatingAdmissionPolicy is
+# mixed mode's native policies (matching every create against them, and evaluating those that match)
+POLICY_METRIC = "apiserver_admission_controller_admission_duration_seconds"
+POLICY_PLUGIN = "ValidatingAdmissionPolicy"
+NATIVE = "native policies"  # their key beside the webhooks' names in apiserver_histogram
+_APISERVER_LINE = re.compile(rf"^({APISERVER_METRIC}|{POLICY_METRIC})_(bucket|sum|count)\{{([^}}]*)\}} (\S+)$")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
@@ -157,10 +176,42 @@ def process(name: str, command: list[str], tmp: Path, ready: str, ca_file: Path)
         terminate(child, timeout=10)
 
 
-def noop_server(tmp: Path, serving: Path, port: int) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
+def noop_server(
+    tmp: Path, serving: Path, port: int, patch_file: Path | None = None
+) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
     command = [sys.executable, "-m", "bench.noop_server", "--port", str(port), "--cert-dir", str(serving)]
+    if patch_file is not None:
+        command += ["--patch-file", str(patch_file)]
     # the no-op server has no GET route: a 405 on /mutate also says it listens
-    return _listening("noop", command, tmp, port, serving)
+    return _listening("noop-patch" if patch_file else "noop", command, tmp, port, serving)
+
+
+def gpu_webhook_patches(env: EnvTest, pack: Path, kinds: list[str], namespace: dict[str, Any]) -> dict[str, Any]:
+    """The JSONPatch gpu-webhook answers each bench pod with in `namespace`, by pod name: the engine
+    on the pod as the apiserver sends it (defaulted, its admission plugins applied: a dry run in
+    that namespace before any webhook selects it) and that Namespace, as the server's watch holds it."""
+    ruleset = micro.load([str(pack)])
+    name = namespace["metadata"]["name"]
+    patches: dict[str, Any] = {}
+    for kind in kinds:
+        answer = env.dry_run_create(pod(kind, name))
+        if not answer.ok:
+            raise SystemExit(
+                f"noop-patch: the {kind} pod is refused without a webhook: {answer.status} {answer.message}"
+            )
+        admission = AdmissionInput(
+            object=answer.body,
+            namespace=name,
+            namespace_object=namespace,
+            kind="Pod",
+            request={"operation": "CREATE", "namespace": name, "dryRun": True},
+            priority_classes={},
+            resource_claims={},
+            resource_claim_templates={},
+        )
+        decision = evaluate(ruleset, admission, phase=Phase.MUTATE, mode=Mode.ENFORCE)
+        patches[f"bench-{kind}"] = decision.patch or []
+    return patches
 
 
 @contextlib.contextmanager
@@ -299,14 +350,19 @@ def metrics_text(env: EnvTest) -> str:
 def apiserver_histogram(env: EnvTest) -> dict[str, dict[str, float]]:
     found: dict[str, dict[str, float]] = {}
     for line in metrics_text(env).splitlines():
-        if not line.startswith(APISERVER_METRIC):
+        if not line.startswith(("apiserver_admission_webhook", "apiserver_admission_controller")):
             continue
         match = _APISERVER_LINE.match(line)
-        if match is None or match.group(1) == "bucket":
+        if match is None or match.group(2) == "bucket":
             continue
-        labels = dict(_LABEL.findall(match.group(2)))
-        entry = found.setdefault(labels.get("name", ""), {"count": 0.0, "sum": 0.0})
-        entry[match.group(1)] += float(match.group(3))
+        labels = dict(_LABEL.findall(match.group(3)))
+        name = labels.get("name", "")
+        if match.group(1) == POLICY_METRIC:
+            if name != POLICY_PLUGIN:
+                continue
+            name = NATIVE
+        entry = found.setdefault(name, {"count": 0.0, "sum": 0.0})
+        entry[match.group(2)] += float(match.group(4))
     return found
 
 
@@ -325,13 +381,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ca_pem = (serving / CA_FILE).read_bytes()
         metric_ports: dict[str, int] = {}
         pids: dict[str, int] = {}
-        for config in configs:
-            env.create_namespace(NAMESPACES[config], {**TENANT_LABELS, TARGET: config}, TENANT_ANNOTATIONS)
-        if "noop" in configs:
+        namespaces = {
+            config: env.create_namespace(NAMESPACES[config], {**TENANT_LABELS, TARGET: config}, TENANT_ANNOTATIONS)
+            for config in configs
+        }
+        for config in ("noop", "noop-patch"):
+            if config not in configs:
+                continue
+            patch_file = None
+            if config == "noop-patch":
+                patch_file = tmp / "patches.json"
+                patches = gpu_webhook_patches(env, pack, args.pods, namespaces[config])
+                patch_file.write_text(json.dumps(patches))
+                print(f"noop-patch: {', '.join(f'{n} {len(p)} ops' for n, p in patches.items())}", flush=True)
             port = free_port()
-            child = stack.enter_context(noop_server(tmp, serving, port))
-            pids["noop"] = child.pid
-            webhooks, _ = registration(full, "noop")
+            child = stack.enter_context(noop_server(tmp, serving, port, patch_file))
+            pids[config] = child.pid
+            webhooks, _ = registration(full, config)
             env.install_webhooks(webhooks, f"https://127.0.0.1:{port}", ca_pem)
         for config in ("gpu-webhook", "mixed"):
             if config not in configs:
@@ -511,8 +577,14 @@ def summarise(cells: dict[tuple[str, str, int], dict[str, Any]]) -> dict[str, An
             "creates_per_s": len(lat) / cell["wall"] if cell["wall"] else float("nan"),
             "webhook_cpu_ms_per_create": cell["cpu_s"] / len(lat) * 1e3 if lat else float("nan"),
             "apiserver_webhook_mean_ms": {
-                name: entry["sum"] / entry["count"] * 1e3 for name, entry in sorted(cell["apiserver"].items())
+                name: entry["sum"] / entry["count"] * 1e3
+                for name, entry in sorted(cell["apiserver"].items())
+                if name != NATIVE
             },
+            # the ValidatingAdmissionPolicy plugin's time over the creates, per create
+            "native_policy_ms_per_create": cell["apiserver"].get(NATIVE, {}).get("sum", 0.0) / len(lat) * 1e3
+            if lat
+            else 0.0,
             "apiserver_webhook_calls": {name: entry["count"] for name, entry in sorted(cell["apiserver"].items())},
             "handler": {
                 endpoint: {
@@ -546,8 +618,8 @@ def table(result: dict[str, Any]) -> str:
     lines = [
         "| config | pod | clients | creates | p50 ms | p99 ms | creates/s | p50 over none | p99 over none "
         "| p50 over no-op | p99 over no-op | apiserver: webhook mean ms (mutate / validate) "
-        "| handler mean ms (mutate / validate) | webhook CPU ms/create |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|",
+        "| handler mean ms (mutate / validate) | webhook CPU ms/create | native policies ms/create |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|",
     ]
 
     def over(row: dict[str, Any], q: str, base: str) -> str:
@@ -559,15 +631,17 @@ def table(result: dict[str, Any]) -> str:
         handler = row["handler"]
         hm = "/".join(f"{handler[e]['mean_ms']:.2f}" if e in handler else "-" for e in ("mutate", "validate"))
         cpu = row["webhook_cpu_ms_per_create"]
+        native_ms = row["native_policy_ms_per_create"]
+        native = f"{native_ms:.2f}" if native_ms else "-"
         lines.append(
             f"| {row['config']} | {row['pod']} | {row['clients']} | {row['creates']}"
             f"{' (' + str(row['failures']) + ' failed)' if row['failures'] else ''} | {row['p50_ms']:.2f} "
             f"| {row['p99_ms']:.2f} | {row['creates_per_s']:.0f} | {over(row, 'p50', 'none')} | {over(row, 'p99', 'none')} "
             f"| {over(row, 'p50', 'noop')} | {over(row, 'p99', 'noop')} | {_phase(api, 'mutate')} / {_phase(api, 'validate')} "
-            f"| {hm} | {cpu:.2f} |"
+            f"| {hm} | {cpu:.2f} | {native} |"
             if row["config"] != "none"
             else f"| {row['config']} | {row['pod']} | {row['clients']} | {row['creates']} | {row['p50_ms']:.2f} "
-            f"| {row['p99_ms']:.2f} | {row['creates_per_s']:.0f} | - | - | - | - | - | - | - |"
+            f"| {row['p99_ms']:.2f} | {row['creates_per_s']:.0f} | - | - | - | - | - | - | - | - |"
         )
     return "\n".join(lines)
 
