@@ -62,9 +62,10 @@ def gate(copy: WorkingCopy, rule: Rule, target: Target) -> str | None:
             return "namespaceSelector does not match"
     if match.object_selector is not None and not _object_selected(copy, rule, target):
         return "objectSelector does not match"
-    if match.gpu is not None and (
-        copy.facts(target).accelerated() or (target.root == () and pods_elsewhere(copy.working))
-    ) != match.gpu:
+    if (
+        match.gpu is not None
+        and (copy.facts(target).accelerated() or (target.root == () and pods_elsewhere(copy.working))) != match.gpu
+    ):
         # an unresolved DRA claim counts as an accelerator (resources.py explains why), and so does a
         # kind whose pods admission cannot see (a TrainJob's come from its runtime)
         return "requests no accelerators (gpu: true)" if match.gpu else "requests accelerators (gpu: false)"
