@@ -24,7 +24,8 @@ through `audit --cluster` against the stand-in API server (tests/support/apistub
 process; the child's CPU is the client's alone). `--baseline SRC` adds rows for another
 source tree of the `webhook` package (e.g. `git archive <commit> webhook | tar -x -C SRC`),
 run with this interpreter, so that before/after ratios come from one run on one machine; a
-`rules/` directory in SRC is the pack its rows use (its engine reads its own pack's fields).
+`rules/` directory in SRC is the pack its rows use (its engine reads its own pack's fields), and
+`--same-pack` adds rows of this tree with that pack: the ratio of the code alone.
 `--big 1000000` runs that size first, with the two rules and this code only (memory must stay
 flat: the peak RSS column shows it).
 Children run without PYTHONDONTWRITEBYTECODE and PYTHONUNBUFFERED, as an installed package runs
@@ -48,6 +49,7 @@ from tests.support import manifests
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "bench" / "audit_launch.py"
 RULES = {"two": ROOT / "bench" / "rules-two", "pack": ROOT / "rules", "pack-ns": ROOT / "rules"}
+SAME_PACK = "this tree, baseline's pack"
 NAMESPACES = 37  # tests/support/manifests.py puts pod i in team-{i % 37}
 
 
@@ -167,6 +169,11 @@ def main() -> None:
     )
     parser.add_argument("--output", default="json", help="report format (json is checked against ground truth)")
     parser.add_argument(
+        "--same-pack",
+        action="store_true",
+        help="with --baseline: also this tree with the baseline's rules/ (the code's ratio)",
+    )
+    parser.add_argument(
         "--repeat", type=int, default=1, help="runs per row (this tree and the baseline alternate); the median"
     )
     parser.add_argument("audit_args", nargs="*", help="after --: extra arguments for `gpu-webhook audit`")
@@ -186,8 +193,11 @@ def main() -> None:
         if name == "pack-ns" and "--cluster" not in extra:
             inputs = [str(write_namespaces(Path(tmp) / "namespaces")), *inputs]
         rules = RULES[name]
-        if source and name != "two" and (Path(source) / "rules").is_dir():
-            rules = Path(source) / "rules"  # that tree's own pack, which its engine reads
+        pack_from = args.baseline if code == SAME_PACK else source
+        if pack_from and name != "two" and (Path(pack_from) / "rules").is_dir():
+            rules = Path(pack_from) / "rules"  # that tree's own pack, which its engine reads
+        if code == SAME_PACK and name == "two":
+            return  # the same rows as "this tree"
         run = run_audit(inputs, rules, args.output, [*extra, *args.audit_args], source)
         if args.output == "json" and name == "two":
             check_truth(summary_of(run["tail"]), truth)  # type: ignore[arg-type]
@@ -214,6 +224,8 @@ def main() -> None:
     previous: dict[tuple[object, ...], list[dict[str, Any]]] = {}
 
     codes = [("this tree", None)] + ([("baseline", args.baseline)] if args.baseline else [])
+    if args.same_pack and args.baseline:
+        codes.insert(1, (SAME_PACK, None))
     with tempfile.TemporaryDirectory(prefix="audit-bench-") as tmp:
         for size in args.big:
             directory = Path(tmp) / f"pods-{size}"
