@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from webhook.engine import LoadResult, RuleSet
+    from webhook.kubeyaml import Document
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 _CHECKOUT = Path(__file__).resolve().parents[2]
@@ -55,29 +56,33 @@ def rule_paths(given: list[str] | None, site: Sequence[str] | None = None) -> li
     return [*(given or [default_rules_dir()]), *(site or ())]
 
 
-def load_rules(paths: Sequence[str | os.PathLike[str]]) -> LoadResult:
+def load_rules(paths: Sequence[str | os.PathLike[str]], objects: Sequence[Document] = ()) -> LoadResult:
     """webhook.engine.load_rules, imported on the first call (a module attribute: tests share one load)."""
     from webhook.engine import load_rules as load
 
-    return load(paths)
+    return load(paths, objects)
 
 
-def load_ruleset(paths: Sequence[str | os.PathLike[str]] | str, announce: bool = True) -> RuleSet:
+def load_ruleset(
+    paths: Sequence[str | os.PathLike[str]] | str, announce: bool = True, objects: Sequence[Document] = ()
+) -> RuleSet:
     """Load rules or raise UsageError listing every problem (file:line:column: rule NAME: message).
 
-    With `announce`, one line on stderr says how many rules and from where, so a --rules that
-    names the wrong path, or the default where a site's rules were meant, shows at once
+    `objects`: policy objects read from a cluster (`audit --cluster`), loaded with the files as the
+    server loads them. With `announce`, one line on stderr says how many rules and from where, so a
+    --rules that names the wrong path, or the default where a site's rules were meant, shows at once
     (stderr: stdout stays the command's output, which programs read).
     """
     from webhook.engine import RuleLoadError
 
     named = [paths] if isinstance(paths, str) else list(paths)
     try:
-        ruleset = load_rules(named).require()
+        ruleset = load_rules(named, objects).require()
     except RuleLoadError as error:
         raise UsageError(str(error)) from None
     if announce:
-        warn(describe_rules(len(ruleset.rules), named))
+        cluster = f" and {len(objects)} policy object{'s' if len(objects) != 1 else ''} of the cluster" if objects else ""
+        warn(describe_rules(len(ruleset.rules), named) + cluster)
     return ruleset
 
 
