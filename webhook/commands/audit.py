@@ -106,9 +106,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--page-size must be at least 1")
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
-    ruleset = load_ruleset(rule_paths(args.rules, args.site))
-    actions = {rule.name: rule.action for rule in ruleset.rules}
-
     api = None
     if args.cluster or args.apply:
         from webhook.audit import cluster
@@ -117,6 +114,11 @@ def run(args: argparse.Namespace) -> int:
             api = cluster.Api(cluster.connect(args.kubeconfig, args.context))
         except cluster.ClusterError as error:
             raise UsageError(str(error)) from None
+    # --cluster: the cluster's GPUPolicy and GPUPolicyOverlay objects too, loaded with the files as the
+    # server loads them, so the audit judges the workloads by the rules that admitted them
+    objects = _cluster_policies(api) if args.cluster and api is not None else []
+    ruleset = load_ruleset(rule_paths(args.rules, args.site), objects=objects)
+    actions = {rule.name: rule.action for rule in ruleset.rules}
 
     report = make_report(output, sys.stdout, actions, details=not args.summary, fail_on=args.fail_on)
     # only the formats that print diffs have them rendered (--jobs workers render before sending)
@@ -213,6 +215,19 @@ def _cluster_error() -> type[Exception]:
     from webhook.audit.cluster import ClusterError
 
     return ClusterError
+
+
+def _cluster_policies(api: Any) -> list[Any]:
+    """The policy objects of the cluster as loader documents (none where the CRDs are not installed)."""
+    from webhook.kube import ClusterError
+    from webhook.kube.policies import PolicyCaches
+    from webhook.policies.objects import policy_object
+
+    try:
+        listed = PolicyCaches(api.client).load().objects()
+    except ClusterError as error:
+        raise UsageError(str(error)) from None
+    return [policy_object(obj).document for obj in listed]
 
 
 def _cluster_items(api: Any, args: argparse.Namespace, progress: _Progress) -> tuple[Iterator[Item], NamespaceContext]:
