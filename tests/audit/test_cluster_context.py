@@ -159,6 +159,9 @@ def test_context_is_listed_first_page_by_page_and_once(run, cluster, tmp_path):
         if "continue=" not in r  # the first page of each
     ]
     assert context == [
+        # the rules the cluster holds (none served here), loaded with the files before anything is judged
+        "GET /apis/gpu-webhook.io/v1alpha1/gpupolicies",
+        "GET /apis/gpu-webhook.io/v1alpha1/gpupolicyoverlays",
         "GET /api/v1/namespaces",
         "GET /apis/scheduling.k8s.io/v1/priorityclasses",
         "GET /apis/resource.k8s.io/v1/resourceclaims",

@@ -25,6 +25,7 @@ from webhook.cli import build_parser
 from webhook.commands.common import UsageError
 from webhook.commands.manifests import render
 from webhook.install.kustomize import build
+from webhook.kube.policies import RULE_RESOURCES
 
 WEBHOOKS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
@@ -119,6 +120,7 @@ def test_the_audit_cronjob_runs_the_cluster_audit_with_just_the_access_it_needs(
     needed = {(r.group, r.plural, "list") for r in RESOURCES}
     # the cluster context, as the server reads it: namespaces, PriorityClasses, DRA claims and templates
     needed |= {(group, plural, "list") for group, plural in CONTEXT_RESOURCES}
+    needed |= {(group, plural, "list") for group, plural in RULE_RESOURCES}  # the cluster's policy objects
     needed |= {("", "namespaces", "get")}  # audit --cluster -n NAME
     needed |= {
         ("wgpolicyk8s.io", p, v) for p in ("policyreports", "clusterpolicyreports") for v in ("get", "create", "update")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -529,3 +530,32 @@ def test_an_admitted_excepted_workload_is_reported_excepted_by_the_cluster_audit
     (outcome,) = [r for r in audited["rules"] if r["rule"] == "no-visible-devices-without-gpu"]
     assert outcome["result"] == "excepted", audited
     assert f"excepted by {where}/legacy-image: the vendor image sets it" in json.dumps(outcome)
+
+
+def test_the_cluster_audit_judges_with_the_cluster_s_own_policies(apiserver: EnvTest, crds: list[str]) -> None:
+    """`audit --cluster` loads the GPUPolicy objects with the files, as the server does: a workload stored
+    before a site's policy existed is reported against it."""
+    where = "e2e-audit-policies"
+    apiserver.create_namespace(where)
+    create(apiserver, deployment("before-the-policy", where, {DENY_LABEL: "yes"}))
+    made = create(apiserver, policy("e2e-audited-rule", unlabelled(DENY_LABEL), "audited says no", ["Deployment"]))
+    wait_for("Ready", ready_at(apiserver, "gpupolicies", "e2e-audited-rule", made["metadata"]["generation"]))
+    try:
+        done = gpu_webhook(
+            "audit",
+            "--cluster",
+            "--kubeconfig",
+            str(apiserver.kubeconfig),
+            "-n",
+            where,
+            "-o",
+            "json",
+            "--fail-on",
+            "never",
+        )
+    finally:
+        assert apiserver.request("DELETE", path_of("gpupolicies", "e2e-audited-rule")).ok
+    assert re.search(r"and \d+ policy objects? of the cluster", done.stderr), done.stderr
+    (audited,) = [o for o in json.loads(done.stdout)["objects"] if o["name"] == "before-the-policy"]
+    (outcome,) = [r for r in audited["rules"] if r["rule"] == "e2e-audited-rule"]
+    assert outcome["result"] == "fail" and outcome["messages"] == ["audited says no"]

@@ -18,8 +18,9 @@ from typing import Any
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from webhook.install.crds import OVERLAY, POLICY, PolicyResource
+from webhook.install.crds import GROUP, OVERLAY, POLICY, PolicyResource
 
+from .connect import ClusterError
 from .watchcache import WatchCache
 
 log = logging.getLogger(__name__)
@@ -95,8 +96,15 @@ def spec_version(objects: list[dict[str, Any]]) -> SpecVersion:
     return tuple(out)
 
 
+# (API group, plural) of the rules the cluster holds: `list` (and `watch` in the server) is the RBAC they need
+RULE_RESOURCES: tuple[tuple[str, str], ...] = tuple((GROUP, r.plural) for r in (POLICY, OVERLAY))
+
+
 class PolicyCaches:
-    """The rules the cluster holds: GPUPolicy and GPUPolicyOverlay objects (the server's `--policies`)."""
+    """The rules the cluster holds: GPUPolicy and GPUPolicyOverlay objects (the server's `--policies`).
+
+    A one-shot door (`audit --cluster`) lists them once (`load`) instead of watching them, so that it
+    judges the cluster's workloads with the cluster's rules, as the server does."""
 
     def __init__(self, api_client: ApiClient, **options: Any) -> None:
         self.policies = PolicyObjectCache(api_client, POLICY, **options)
@@ -117,6 +125,17 @@ class PolicyCaches:
     def start(self) -> None:
         for cache in self.caches:
             cache.start()
+
+    def load(self) -> PolicyCaches:
+        """List both once, without watching (404 or 403: none); ClusterError on any other failure."""
+        for cache in self.caches:
+            try:
+                cache.list_once()
+            except ApiException as error:
+                raise ClusterError(f"listing {cache.definition.crd_name}: HTTP {error.status} {error.reason}") from None
+            except Exception as error:  # urllib3: refused, timed out
+                raise ClusterError(f"listing {cache.definition.crd_name}: {type(error).__name__}: {error}") from None
+        return self
 
     def wait_synced(self, timeout: float) -> bool:
         return all(cache.wait_synced(timeout) for cache in self.caches)
