@@ -25,7 +25,7 @@ import pytest
 
 from tests.support import LiveServer, client_ssl, cpu_pod, make_review, wait_for
 from webhook.policies.objects import policy_object
-from webhook.policies.status import replica_entry, same_status, wanted_status
+from webhook.policies.status import StatusWriter, replica_entry, same_status, wanted_status
 from webhook.server import Server, ServerConfig
 
 FILE_RULE = """\
@@ -247,3 +247,50 @@ def test_policy_objects_need_a_cluster(cert_dir: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 2, result.stderr
     assert "--policies cluster reads GPUPolicy objects from a cluster" in result.stderr
+
+
+class FakeApi:
+    """What rest.send needs of an ApiClient: answers by method, in order; records each call."""
+
+    def __init__(self, answers: dict[str, list[tuple[int, Any]]]) -> None:
+        self.answers = answers
+        self.calls: list[tuple[str, str, Any]] = []
+
+    def param_serialize(self, method: str, path: str, **kwargs: Any) -> tuple[Any, ...]:
+        return method, path, kwargs.get("header_params"), kwargs.get("body"), None
+
+    def call_api(self, method: str, url: str, headers: Any, body: Any, post: Any, **_: Any) -> Any:
+        self.calls.append((method, url, copy.deepcopy(body)))
+        status, answer = self.answers[method].pop(0)
+
+        class Response:
+            def __init__(self) -> None:
+                self.status = status
+
+            def read(self) -> bytes:
+                return json.dumps(answer).encode()
+
+        return Response()
+
+
+def test_a_status_write_reads_again_after_a_conflict_and_writes_once() -> None:
+    stored = gpupolicy("p", generation=1)
+    other = {"id": "b", "observedGeneration": 1, "ready": True}
+    after_b = {**copy.deepcopy(stored), "status": {"byPod": [other]}}
+    api = FakeApi({"GET": [(200, stored), (200, after_b)], "PUT": [(409, {"message": "conflict"}), (200, {})]})
+    obj = policy_object(stored)
+
+    @dataclass
+    class State:
+        attempts: int = 1
+        errors: list[Any] = field(default_factory=list)
+        attempted: dict[Any, Any] = field(default_factory=lambda: {obj.key: obj})
+        running: dict[Any, int] = field(default_factory=lambda: {obj.key: 1})
+
+    writer = StatusWriter(api, State(), Cluster([stored]), "a")  # type: ignore[arg-type]
+    assert writer.pass_once() == 1 and writer.writes == 1 and writer.failures == 0
+    assert [method for method, _, _ in api.calls] == ["GET", "PUT", "GET", "PUT"]
+    assert api.calls[1][1] == "/apis/gpu-webhook.io/v1alpha1/gpupolicies/p/status"
+    written = api.calls[3][2]["status"]  # the second PUT kept b's entry, read again after the conflict
+    assert [e["id"] for e in written["byPod"]] == ["a", "b"]
+    assert written["conditions"][0]["status"] == "True"
