@@ -15,14 +15,15 @@ an object no rule can act on never meets the limit at all.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
 
-from .cel import CompiledExpression
+from .cel import ITERATION_BUDGET, CompiledExpression
 from .decision import RuleError
-from .iterated import SAFE, UNKNOWN, Pattern, sources
-from .pointer import Path
+from .iterated import UNKNOWN, Pattern, sources
+from .pointer import Path, get_path
 from .request import Limits
 from .workloads import Target
 
@@ -31,7 +32,7 @@ _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 
 
 class Budget:
-    """One evaluation's limits: the time it started, and the object's collections over the size limit."""
+    """One evaluation's limits: the time it started, and which expressions were found within the size limit."""
 
     def __init__(self, limits: Limits, json_commas: int | None = None) -> None:
         self.limits = limits
@@ -41,8 +42,9 @@ class Budget:
         self.deadline = None if budget is None else time.perf_counter() + budget
         self.cpu_start = time.thread_time() if budget is not None else 0.0
         self.json_commas = json_commas  # of the text the object was parsed from (AdmissionInput.json_commas)
-        self._oversized: list[tuple[Path, int]] | None = None  # measured once, on the object as sent
-        # True once the object holds no collection over the limit: until the wall-clock deadline,
+        self._large: bool | None = None  # whether the object may hold a collection over the limit
+        self._within: set[tuple[int, tuple[str | int, ...]]] = set()  # (expression, target root) checked
+        # True once the object cannot hold a collection over the limit: until the wall-clock deadline,
         # check() has nothing to do (and fused evaluation, which checks nothing, is allowed)
         self.clear = False
 
@@ -59,59 +61,135 @@ class Budget:
                 f"CPU time budget of {budget_ms:g} ms for this request exceeded (--rule-time-budget; "
                 "see docs/security.md, 'Evaluation limits')"
             )
-        if self._oversized is None:
+        limit = self.limits.max_collection
+        if self._large is None:
             # once, on the object as sent: mutations only add a few small items
-            self._oversized = oversized_collections(document, self.limits.max_collection, self.json_commas)
-        if not self._oversized:
+            self._large = may_exceed(document, limit, self.json_commas)
+        if not self._large:
             self.clear = True
             return
-        for path, size in self._oversized:
-            if iterates(expression, target, path):
-                raise RuleError(
-                    f"{target.description}: the object is too large to evaluate: {_pointer(path)} holds {size} "
-                    f"items, and this rule maps or filters it (limit {self.limits.max_collection})"
-                )
+        key = (id(expression), target.root)
+        if key in self._within:
+            return
+        found = too_large(expression, target, document, limit)
+        if found is not None:
+            path, size = found
+            raise RuleError(
+                f"{target.description}: the object is too large to evaluate: {_pointer(path)} holds {size} "
+                f"items, and this rule maps or filters it (limit {limit})"
+            )
+        self._within.add(key)
 
 
-def iterates(expression: CompiledExpression, target: Target, path: Path) -> bool:
-    """Whether `expression`, on `target`, may hand the collection at `path` to map()/filter()."""
+def may_exceed(document: Any, limit: int, json_commas: int | None = None) -> bool:
+    """Whether document may hold a list or map of more than `limit` items.
+
+    In JSON every item of a collection but its last is followed by a comma, so a document with
+    fewer than `limit` commas in all has none: one C-speed count settles nearly every request.
+    `json_commas`, the commas of a JSON text that holds the document (the request body), bounds
+    its own and spares serialising it again.
+    """
+    if json_commas is not None and json_commas < limit:
+        return False
+    try:
+        return orjson.dumps(document).count(b",") >= limit
+    except (TypeError, orjson.JSONEncodeError):
+        return True  # values JSON cannot carry (offline YAML): look
+
+
+def too_large(expression: CompiledExpression, target: Target, document: Any, limit: int) -> tuple[Path, int] | None:
+    """(path, size) of a collection over `limit` that `expression`, on `target`, may hand to map()/filter().
+
+    Only the collections its text names are looked at (iterated.py), not the whole object: a
+    pattern is resolved against the object, each '*' over at most the runtime's iteration budget of
+    items (no expression gets further). An expression whose receivers the text does not make plain
+    is measured on everything it reads.
+    """
     found = sources(expression.text)
     if UNKNOWN in found:
-        return reads(expression, target, path)
-    return any(_matches(pattern, target, path) for pattern in found if pattern != SAFE and isinstance(pattern, tuple))
+        return _largest_read(expression, target, document, limit)
+    for pattern in found:
+        if isinstance(pattern, tuple):
+            for path, value in _resolve(pattern, target, document):
+                if (type(value) is dict or type(value) is list) and len(value) > limit:
+                    return path, len(value)
+    return None
 
 
-def reads(expression: CompiledExpression, target: Target, path: Path) -> bool:
-    """Whether `expression` may be handed the collection at `path` at all (its read paths and variables)."""
-    for root, paths in expression.paths.items():
-        for base in _bases(root, target):
-            if path[: len(base)] != base:
-                continue
-            rest = path[len(base) :]
-            if any(tuple(rest[: len(read)]) == read for read in paths):
-                return True
-    in_pod_specs = any(path[: len(spec)] == spec for spec in target.pod_specs)
-    return in_pod_specs and bool(expression.references & {"containers", "podSpecs", "deviceClaims"})
-
-
-def _matches(pattern: Pattern, target: Target, path: Path) -> bool:
+def _resolve(pattern: Pattern, target: Target, document: Any) -> Iterator[tuple[Path, Any]]:
+    """The values a pattern names in the object, with their paths."""
     root, *rest = pattern
     if root == "containers":  # each item of the variable is a container of one of the target's pod specs
-        bases = [(*spec, field, "*") for spec in target.pod_specs for field in _CONTAINER_LISTS]
-        if rest and rest[0] == "*":
-            rest = rest[1:]
-        else:  # the container list itself
-            return any(path == (*spec, field) for spec in target.pod_specs for field in _CONTAINER_LISTS)
-    elif root == "podSpecs":
-        bases = [spec for spec in target.pod_specs]
-        rest = rest[1:] if rest and rest[0] == "*" else rest
-    else:
-        bases = _bases(root, target)
-    for base in bases:
-        full = (*base, *rest)
-        if len(full) == len(path) and all(want == "*" or want == have for want, have in zip(full, path, strict=True)):
-            return True
-    return False
+        lists = [(*spec, field) for spec in target.pod_specs for field in _CONTAINER_LISTS]
+        if not rest:
+            yield from ((path, get_path(document, path)) for path in lists)
+            return
+        if rest[0] == "*":
+            for path in lists:
+                yield from _walk(document, path, ["*", *rest[1:]])
+        return
+    if root == "podSpecs" and rest and rest[0] == "*":
+        for spec in target.pod_specs:
+            yield from _walk(document, spec, rest[1:])
+        return
+    for base in _bases(root, target):
+        yield from _walk(document, base, rest)
+
+
+def _walk(document: Any, path: Path, rest: list[str]) -> Iterator[tuple[Path, Any]]:
+    value = get_path(document, path)
+    if not rest:
+        yield path, value
+        return
+    step, after = rest[0], rest[1:]
+    if step != "*":
+        yield from _walk(document, (*path, step), after)
+    elif type(value) is list:
+        for index in range(min(len(value), ITERATION_BUDGET)):
+            yield from _walk(document, (*path, index), after)
+    elif type(value) is dict:
+        for key in list(value)[:ITERATION_BUDGET]:
+            yield from _walk(document, (*path, key), after)
+
+
+def _largest_read(expression: CompiledExpression, target: Target, document: Any, limit: int) -> tuple[Path, int] | None:
+    """A collection over `limit` anywhere in what the expression reads (its read paths and variables)."""
+    reads: list[Path] = []
+    for root, paths in expression.paths.items():
+        for base in _bases(root, target):
+            reads.extend((*base, *read) for read in paths)
+    if expression.references & {"containers", "podSpecs", "deviceClaims"}:
+        reads.extend(target.pod_specs)
+    for path in reads:
+        size = largest_collection(get_path(document, path), limit)
+        if size > limit:
+            return path, size
+    return None
+
+
+def largest_collection(document: Any, limit: int) -> int:
+    """Size of the largest list or map inside document, walked until one over `limit` is found.
+
+    Iterative (a 10,000-deep object must not hit the recursion limit), with exact type checks
+    (JSON and YAML give plain dicts and lists; ABC checks cost twice as much).
+    """
+    largest = 0
+    stack = [document]
+    while stack:
+        node = stack.pop()
+        if type(node) is dict:
+            size = len(node)
+            stack.extend([v for v in node.values() if type(v) is dict or type(v) is list])
+        elif type(node) is list:
+            size = len(node)
+            stack.extend([v for v in node if type(v) is dict or type(v) is list])
+        else:
+            continue
+        if size > largest:
+            largest = size
+            if largest > limit:
+                break
+    return largest
 
 
 def _bases(root: str, target: Target) -> list[Path]:
@@ -123,43 +201,8 @@ def _bases(root: str, target: Target) -> list[Path]:
         return [target.pod_specs[0]]
     if root == "podMetadata" and len(target.pod_specs) == 1:
         return [target.pod_metadata[0]]
-    if root in ("containers", "podSpecs", "deviceClaims"):
-        return list(target.pod_specs)
     return []  # oldObject, namespaceObject, request: not the object as sent
 
 
 def _pointer(path: Path) -> str:
     return "/" + "/".join(str(part) for part in path)
-
-
-def oversized_collections(document: Any, limit: int, json_commas: int | None = None) -> list[tuple[Path, int]]:
-    """(path, size) of every list or map inside document with more than `limit` items; [] when none can.
-
-    In JSON every item of a collection but its last is followed by a comma, so a document
-    with fewer than `limit` commas in all has no collection over the limit: one C-speed
-    count settles nearly every request. `json_commas`, the commas of a JSON text that holds
-    the document (the request body), bounds its own and spares serialising it again.
-    Otherwise the tree is walked, with exact type checks (JSON and YAML give plain dicts
-    and lists; ABC checks cost twice as much).
-    """
-    if json_commas is not None and json_commas < limit:
-        return []
-    try:
-        if orjson.dumps(document).count(b",") < limit:
-            return []
-    except (TypeError, orjson.JSONEncodeError):
-        pass  # values JSON cannot carry (offline YAML): walk instead
-    found: list[tuple[Path, int]] = []
-    stack: list[tuple[Path, Any]] = [((), document)]
-    while stack:  # iterative: a 10,000-deep object must not hit the recursion limit
-        path, node = stack.pop()
-        if type(node) is dict:
-            items: Any = node.items()
-        elif type(node) is list:
-            items = enumerate(node)
-        else:
-            continue
-        if len(node) > limit:
-            found.append((path, len(node)))
-        stack.extend(((*path, key), value) for key, value in items if type(value) is dict or type(value) is list)
-    return found

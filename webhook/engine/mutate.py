@@ -383,12 +383,17 @@ class AddEnv(_NoCel):
     override: bool
 
     def apply(self, ctx: MutationContext) -> None:
+        # every container chosen before the first edit: an edit makes the target's facts (which
+        # containers use accelerator claims) be read again, once per container otherwise (n^2)
+        chosen: list[tuple[Path, Any]] = []
         for spec_path in ctx.target.pod_specs:
             for field in self._fields(ctx):
                 containers = ctx.patcher.get((*spec_path, field))
                 for index, container in enumerate(containers if isinstance(containers, list) else []):
                     if isinstance(container, Mapping) and self._selects(ctx, container):
-                        self._add(ctx, (*spec_path, field, index, "env"), container.get("env"))
+                        chosen.append(((*spec_path, field, index, "env"), container.get("env")))
+        for env_path, env in chosen:
+            self._add(ctx, env_path, env)
 
     @staticmethod
     def _fields(ctx: MutationContext) -> tuple[str, ...]:
