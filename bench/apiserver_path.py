@@ -18,6 +18,9 @@ example tenant namespace (`team-llm`), plus that target label:
                  the apiserver, apart from what evaluating it costs gpu-webhook
     gpu-webhook  bench-gpu: gpu-webhook, full pack, both phases
     mixed        bench-mixed: the pack's native policies in the apiserver + gpu-webhook for the rest
+    noop-validating, validating
+                 bench-noop-validating, bench-validating: the validating entry alone, to the no-op
+                 server and to gpu-webhook (the same processes as noop and gpu-webhook)
 
 Server-side dry-run creates (`dryRun=All`: admission runs, nothing is stored) of a GPU pod and a
 CPU pod, over keep-alive HTTPS as the admin user, from 1 and 8 concurrent clients (one asyncio
@@ -75,13 +78,17 @@ CLUSTER_FLAGS = (
     "--runtime-config=resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true",
 )
 TARGET = "bench.gpu-webhook.io/target"
-CONFIGS = ("none", "noop", "noop-patch", "gpu-webhook", "mixed")
+CONFIGS = ("none", "noop", "noop-patch", "gpu-webhook", "mixed", "noop-validating", "validating")
+# what each configuration is compared with: its no-op twin (the same webhook entries, answering allowed)
+NOOP_OF = {"validating": "noop-validating"}
 NAMESPACES = {
     "none": "bench-none",
     "noop": "bench-noop",
     "noop-patch": "bench-noop-patch",
     "gpu-webhook": "bench-gpu",
     "mixed": "bench-mixed",
+    "noop-validating": "bench-noop-validating",
+    "validating": "bench-validating",
 }
 # docs/operations.md, "An example tenant namespace"
 TENANT_LABELS = {
@@ -368,6 +375,8 @@ def apiserver_histogram(env: EnvTest) -> dict[str, dict[str, float]]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     configs = [c for c in CONFIGS if c in args.configs]
+    if any(c.endswith("validating") for c in configs) and "gpu-webhook" not in configs:
+        configs.insert(1, "gpu-webhook")  # the validating entry alone is sent the pods its mutations make
     with tempfile.TemporaryDirectory(prefix="bench-apiserver-") as scratch, contextlib.ExitStack() as stack:
         tmp = Path(scratch)
         rendered_certs, serving = serving_certs(tmp)
@@ -385,8 +394,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             config: env.create_namespace(NAMESPACES[config], {**TENANT_LABELS, TARGET: config}, TENANT_ANNOTATIONS)
             for config in configs
         }
+        ports: dict[str, int] = {}
         for config in ("noop", "noop-patch"):
-            if config not in configs:
+            if config not in configs and not (config == "noop" and "noop-validating" in configs):
                 continue
             patch_file = None
             if config == "noop-patch":
@@ -394,13 +404,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 patches = gpu_webhook_patches(env, pack, args.pods, namespaces[config])
                 patch_file.write_text(json.dumps(patches))
                 print(f"noop-patch: {', '.join(f'{n} {len(p)} ops' for n, p in patches.items())}", flush=True)
-            port = free_port()
+            port = ports[config] = free_port()
             child = stack.enter_context(noop_server(tmp, serving, port, patch_file))
             pids[config] = child.pid
-            webhooks, _ = registration(full, config)
-            env.install_webhooks(webhooks, f"https://127.0.0.1:{port}", ca_pem)
+            if config in configs:
+                webhooks, _ = registration(full, config)
+                env.install_webhooks(webhooks, f"https://127.0.0.1:{port}", ca_pem)
         for config in ("gpu-webhook", "mixed"):
-            if config not in configs:
+            if config not in configs and not (config == "gpu-webhook" and "validating" in configs):
                 continue
             documents = full if config == "gpu-webhook" else native
             rules = pack
@@ -408,10 +419,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 rules = tmp / "mixed-rules"
                 print(f"mixed mode: {write_configmap_rules(native, rules)} rule files left to the webhook", flush=True)
             port, metric_ports[config] = free_port(), free_port()
+            ports[config] = port
             child = stack.enter_context(
                 gpu_webhook_server(config, tmp, serving, port, metric_ports[config], rules, env.kubeconfig)
             )
             pids[config] = child.pid
+            if config not in configs:
+                continue
             webhooks, policies = registration(documents, config)
             env.install_webhooks(webhooks, f"https://127.0.0.1:{port}", ca_pem)
             for policy in policies:
@@ -420,10 +434,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     raise SystemExit(f"{policy['kind']}/{policy['metadata']['name']}: {made.status} {made.message}")
             if policies:
                 print(f"mixed mode: {len(policies)} admission policies and bindings installed", flush=True)
-        wait_until_called(env, configs)
+        validating_only = [d for d in full if d.get("kind") == "ValidatingWebhookConfiguration"]
+        for config, server in (("noop-validating", "noop"), ("validating", "gpu-webhook")):
+            if config in configs:
+                webhooks, _ = registration(validating_only, config)
+                env.install_webhooks(webhooks, f"https://127.0.0.1:{ports[server]}", ca_pem)
+                pids[config] = pids[server]
+                if server in metric_ports:
+                    metric_ports[config] = metric_ports[server]
+        objects = {(c, k): pod(k, NAMESPACES[c]) for c in configs for k in args.pods}
+        wait_until_called(env, [c for c in configs if not c.endswith("validating")])
+        for config in ("noop-validating", "validating"):
+            if config in configs:  # after gpu-webhook's entries answer: the pod its mutations make
+                for kind in args.pods:
+                    objects[(config, kind)] = as_mutated(env, pod(kind, NAMESPACES["gpu-webhook"]), NAMESPACES[config])
+        wait_until_called(env, [c for c in configs if c.endswith("validating")], objects=objects)
         if "mixed" in configs:
             wait_for_policies(env)
-        result = asyncio.run(measure(env, configs, metric_ports, pids, args))
+        result = asyncio.run(measure(env, configs, metric_ports, pids, args, objects))
         result["handler_cpu"] = handler_cpu(pack, result["rows"])
         return result
 
@@ -468,16 +496,39 @@ def handler_cpu_lines(figures: dict[str, Any]) -> list[str]:
     return lines
 
 
-def wait_until_called(env: EnvTest, configs: list[str], namespaces: dict[str, str] = NAMESPACES) -> None:
-    """Until a dry-run GPU pod in each webhook configuration's namespace reaches both of its webhooks."""
+def as_mutated(env: EnvTest, body: dict[str, Any], namespace: str) -> dict[str, Any]:
+    """`body` as gpu-webhook's mutating phase leaves it (a dry run in a namespace gpu-webhook
+    selects), moved to `namespace`: what the validating entry alone is sent after the mutations."""
+    answer = env.dry_run_create(body)
+    if not answer.ok:
+        raise SystemExit(f"the {body['metadata']['name']} pod is refused: {answer.status} {answer.message}")
+    meta = answer.body["metadata"]
+    kept = {k: meta[k] for k in ("name", "labels", "annotations") if k in meta}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {**kept, "namespace": namespace},
+        "spec": answer.body["spec"],
+    }
+
+
+def wait_until_called(
+    env: EnvTest,
+    configs: list[str],
+    namespaces: dict[str, str] = NAMESPACES,
+    objects: dict[tuple[str, str], dict[str, Any]] | None = None,
+) -> None:
+    """Until a dry-run GPU pod in each webhook configuration's namespace reaches its webhooks."""
     for config in configs:
         if config == "none":
             continue
-        names = (f"{config}.mutate-tenants.gpu-webhook.io", f"{config}.validate.gpu-webhook.io")
+        names: tuple[str, ...] = (f"{config}.validate.gpu-webhook.io",)
+        if not config.endswith("validating"):
+            names = (f"{config}.mutate-tenants.gpu-webhook.io", *names)
         before = apiserver_histogram(env)
         deadline = time.monotonic() + 30
         while True:
-            answer = env.dry_run_create(pod("gpu", namespaces[config]))
+            answer = env.dry_run_create((objects or {}).get((config, "gpu")) or pod("gpu", namespaces[config]))
             after = apiserver_histogram(env)
             if all(after.get(n, {}).get("count", 0) > before.get(n, {}).get("count", 0) for n in names):
                 if not answer.ok:
@@ -503,7 +554,12 @@ def wait_for_policies(env: EnvTest) -> None:
 
 
 async def measure(
-    env: EnvTest, configs: list[str], metric_ports: dict[str, int], pids: dict[str, int], args: argparse.Namespace
+    env: EnvTest,
+    configs: list[str],
+    metric_ports: dict[str, int],
+    pids: dict[str, int],
+    args: argparse.Namespace,
+    objects: dict[tuple[str, str], dict[str, Any]],
 ) -> dict[str, Any]:
     context = ssl.create_default_context(cafile=str(env.ca_file))
     headers = {"Authorization": f"Bearer {env.token}", "Content-Type": "application/json", "Accept": "application/json"}
@@ -517,7 +573,7 @@ async def measure(
     connector = aiohttp.TCPConnector(limit=max(args.clients), ssl=context)
     async with aiohttp.ClientSession(connector=connector) as session:
         urls = {c: f"{env.url}/api/v1/namespaces/{NAMESPACES[c]}/pods?dryRun=All" for c in configs}
-        bodies = {(c, k): json.dumps(pod(k, NAMESPACES[c])).encode() for c in configs for k in args.pods}
+        bodies = {key: json.dumps(body).encode() for key, body in objects.items()}
         # warm-up: connections from the apiserver to each webhook, the servers' first requests
         for config in configs:
             for kind in args.pods:
@@ -600,8 +656,9 @@ def summarise(cells: dict[tuple[str, str, int], dict[str, Any]]) -> dict[str, An
     index = {(r["config"], r["pod"], r["clients"]): r for r in rows}
     for row in rows:
         for base in ("none", "noop"):
-            other = index.get((base, row["pod"], row["clients"]))
-            if other is None or base == row["config"]:
+            against = NOOP_OF.get(row["config"], "noop") if base == "noop" else base
+            other = index.get((against, row["pod"], row["clients"]))
+            if other is None or against == row["config"] or (base == "noop" and row["config"] == "noop-validating"):
                 continue
             for q in ("p50", "p99"):
                 row[f"{q}_over_{base}_ms"] = row[f"{q}_ms"] - other[f"{q}_ms"]
@@ -650,9 +707,12 @@ def goals(result: dict[str, Any]) -> list[str]:
     """The design's goals against the no-op webhook, from this run (docs/performance.md)."""
     out = []
     for row in result["rows"]:
-        if row["config"] not in ("gpu-webhook", "mixed") or "p50_over_noop_ms" not in row:
+        if row["config"] not in ("gpu-webhook", "mixed", "validating") or "p50_over_noop_ms" not in row:
             continue
-        if row["pod"] == "gpu":
+        if row["config"] == "validating":
+            met = row["p50_over_noop_ms"] <= 0.5
+            want = "p50 ≤ +0.5 ms (the validating entry alone, over the no-op's)"
+        elif row["pod"] == "gpu":
             met = row["p50_over_noop_ms"] <= 1.0 and row["p99_over_noop_ms"] <= 3.0
             want = "p50 ≤ +1.0 ms, p99 ≤ +3 ms"
         else:
