@@ -79,7 +79,7 @@ class ServerConfig:
     # Connections on the admission port (handshakes included): ~30 KiB each once the TLS read
     # buffer is shrunk (webhook.server.connections), so 4,096 stay within ~120 MiB.
     max_connections: int = 4096
-    handshake_timeout: float = 5.0  # a TLS handshake not finished by then is dropped (asyncio: 60 s)
+    handshake_timeout: float = 5.0  # a TLS handshake not finished this long after the accept is dropped (asyncio: 60 s)
     # Bodies larger than this are parsed and evaluated in a child process (webhook.server.offload), so
     # a 3 MiB object (~0.5 s of CPU) does not stall the small ones; below it the answer stays on
     # the event loop (a hop costs more than a 3 KB pod's whole evaluation).

@@ -6,8 +6,8 @@ asyncio gives each TLS connection a 256 KiB read buffer at accept time, and hold
 that never starts TLS for its 60 s handshake timeout. So:
 
 - the TLS read buffer is 16 KiB (one TLS record; a 3 MiB body is read in more, smaller reads);
-- a client must start its TLS handshake within `handshake_timeout` and finish it within as long
-  again (the apiserver's takes milliseconds);
+- a TLS handshake must finish within `handshake_timeout` of the accept (the apiserver's takes
+  milliseconds);
 - the TLS state (asyncio's SSLProtocol, an SSL object, two memory BIOs, the read buffer) is made
   when the client's first bytes arrive, and aiohttp's request handler (parser, buffers, timers)
   when the handshake is done: a socket that never sends costs an accepted socket, a small
@@ -65,23 +65,28 @@ class _UntilFirstBytes(asyncio.Protocol):
     """An accepted socket before the client has sent anything: a timer and nothing else. Its first
     bytes (a TLS ClientHello) start TLS on it; silence past the deadline drops it."""
 
-    __slots__ = ("_make_app", "_timer", "_tls", "_transport")
+    __slots__ = ("_deadline", "_make_app", "_timer", "_tls", "_transport")
 
     def __init__(self, tls: TlsOnFirstBytes, make_app: Callable[[], asyncio.BaseProtocol]) -> None:
         self._tls = tls
         self._make_app = make_app
         self._transport: asyncio.Transport | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._deadline = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
-        self._timer = self._tls.loop.call_later(self._tls.handshake_timeout, transport.abort)
+        loop = self._tls.loop
+        self._deadline = loop.time() + self._tls.handshake_timeout
+        self._timer = loop.call_at(self._deadline, transport.abort)
 
     def data_received(self, data: bytes) -> None:
         assert self._transport is not None and self._timer is not None
         self._timer.cancel()
-        self._tls.start(self._transport, data, self._make_app())
+        # the handshake gets what is left of the time since the accept, not a fresh allowance
+        left = max(self._deadline - self._tls.loop.time(), 0.001)
+        self._tls.start(self._transport, data, self._make_app(), left)
 
     def eof_received(self) -> bool:
         return False  # closed before a byte: close our side too
@@ -99,16 +104,15 @@ class TlsOnFirstBytes:
         self.context = context
         self.handshake_timeout = handshake_timeout
 
-    def start(self, transport: asyncio.Transport, first: bytes, app: asyncio.BaseProtocol) -> None:
-        # what loop.start_tls does, plus the bytes already read (start_tls wants none pending); the
-        # handshake gets as long again as the client had to start it, counted from its first bytes
+    def start(self, transport: asyncio.Transport, first: bytes, app: asyncio.BaseProtocol, timeout: float) -> None:
+        # what loop.start_tls does, plus the bytes already read (start_tls wants none pending)
         protocol = asyncio.sslproto.SSLProtocol(
             self.loop,
             app,
             self.context,
             None,  # type: ignore[arg-type]  # no waiter (asyncio accepts None): the application protocol learns of the handshake
             server_side=True,
-            ssl_handshake_timeout=self.handshake_timeout,  # type: ignore[arg-type]  # typeshed says int; a float works
+            ssl_handshake_timeout=timeout,  # type: ignore[arg-type]  # typeshed says int; a float works
             ssl_shutdown_timeout=self.handshake_timeout,
         )
         transport.set_protocol(protocol)
