@@ -479,11 +479,15 @@ def test_every_object_manifests_native_renders_is_created(native: Cluster) -> No
         mutating = {n.split("/")[1] for n, _ in native.created if n.startswith("MutatingAdmissionPolicy/")}
         exported = {f"gpu-webhook-{rule.name}" for rule in native.rules.rules if rule.mutations}
         assert "gpu-webhook-gpu-cost-labels" in exported
-        assert exported & {
-            "gpu-webhook-gpu-cost-labels",
-            "gpu-webhook-kueue-priority-class",
-            "gpu-webhook-kueue-queue-name",
-        } <= mutating
+        assert (
+            exported
+            & {
+                "gpu-webhook-gpu-cost-labels",
+                "gpu-webhook-kueue-priority-class",
+                "gpu-webhook-kueue-queue-name",
+            }
+            <= mutating
+        )
     assert native.same_as_default, "--kubernetes-version 1.36 renders other objects than the default"
     print(
         f"\n--claims {native.claims}: {len(native.created)} objects created, of them {len(native.policies)} policies "
