@@ -51,7 +51,15 @@ def test_json(run):
         "value": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
     } in trainer["patch"]
     assert trainer["diff"].startswith("--- submitted\n+++ after mutation\n")
-    assert report["summary"]["byResult"] == {"fail": 2, "error": 0, "warn": 1, "audit": 0, "excepted": 0, "pass": 0, "skip": 0}
+    assert report["summary"]["byResult"] == {
+        "fail": 2,
+        "error": 0,
+        "warn": 1,
+        "audit": 0,
+        "excepted": 0,
+        "pass": 0,
+        "skip": 0,
+    }
     assert report["summary"]["rules"]["queue-label-warn"]["warn"] == 1
 
 
