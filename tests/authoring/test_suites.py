@@ -55,8 +55,10 @@ def test_a_changed_rule_fails_with_a_diff(cli, tmp_path):
         "patches a RayCluster's GPU worker group, not its CPU head",
         "patches each GPU replica of an XGBoostJob (kubeflow.org/v1 xgbReplicaSpecs)",
         "patches each GPU replica of a PaddleJob (kubeflow.org/v1 paddleReplicaSpecs)",
+        "adds the NVIDIA toleration to a pod asking for a GPU as a DRA extended resource (KEP-5004)",
+        "adds the NVIDIA toleration to a pod asking for a GPU through Volcano's device plugin",
     }
-    assert out.splitlines()[-1] == f"{pack_cases() - 6} passed, 6 failed"
+    assert out.splitlines()[-1] == f"{pack_cases() - 8} passed, 8 failed"
 
 
 def test_a_rule_that_stops_denying(cli, tmp_path):

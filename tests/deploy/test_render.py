@@ -111,12 +111,14 @@ def test_cert_manager_variant_injects_instead_of_embedding(rendered: dict) -> No
     writes = [
         r
         for o in by_kind(objects, "ClusterRole")
-        if o["metadata"]["name"] != "gpu-webhook-audit"  # the audit CronJob's own role: test_install_safety.py
+        # the audit CronJob's own role (test_install_safety.py); the exception admins' role, bound by the platform team
+        if o["metadata"]["name"] not in ("gpu-webhook-audit", "gpu-webhook-exception-admin")
         for r in o["rules"]
         if {"create", "update", "patch", "delete"} & set(r["verbs"])
     ]
     assert writes == [
-        *REGISTRATION_RULES,  # the base's (below)
+        STATUS_RULE,  # the base's (below)
+        *REGISTRATION_RULES,
         {
             "apiGroups": ["wgpolicyk8s.io"],
             "resources": ["policyreports", "clusterpolicyreports"],
@@ -124,6 +126,19 @@ def test_cert_manager_variant_injects_instead_of_embedding(rendered: dict) -> No
         },
     ]
 
+
+# the policy objects it loads (serve --policies) and the exceptions it applies: read only
+POLICY_READ_RULE = {
+    "apiGroups": ["gpu-webhook.io"],
+    "resources": ["gpupolicies", "gpupolicyoverlays", "gpupolicyexceptions"],
+    "verbs": ["list", "watch"],
+}
+# each replica's entry in a policy's status: the status subresource only, GET + PUT
+STATUS_RULE = {
+    "apiGroups": ["gpu-webhook.io"],
+    "resources": ["gpupolicies/status", "gpupolicyoverlays/status"],
+    "verbs": ["get", "update"],
+}
 
 # the server keeps these two, and no other webhook configuration, in step with its rules
 # (webhook/server/registration_sync.py): by name, GET + PUT only; no list/watch (resourceNames cannot limit them)
@@ -145,7 +160,12 @@ REGISTRATION_RULES = [
 
 def test_base_rbac_reads_the_context_and_writes_only_its_own_registration(rendered: dict) -> None:
     roles = by_kind(rendered["enforce"], "ClusterRole")
-    assert [r["metadata"]["name"] for r in roles] == ["gpu-webhook"]
+    assert [r["metadata"]["name"] for r in roles] == ["gpu-webhook", "gpu-webhook-exception-admin"]
+    # the exception admins may write exceptions and nothing else of the webhook's
+    admin = roles[1]["rules"]
+    assert [r["resources"] for r in admin if {"create", "update", "patch", "delete"} & set(r["verbs"])] == [
+        ["gpupolicyexceptions"]
+    ]
     assert roles[0]["rules"] == [
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": ["get", "list", "watch"]},
@@ -154,9 +174,14 @@ def test_base_rbac_reads_the_context_and_writes_only_its_own_registration(render
             "resources": ["resourceclaims", "resourceclaimtemplates"],
             "verbs": ["get", "list", "watch"],
         },
+        POLICY_READ_RULE,
+        STATUS_RULE,
         *REGISTRATION_RULES,
     ]
-    assert not by_kind(rendered["enforce"], "Role")
+    # a Role in its own namespace: get pods, to drop a gone replica's entry from a policy's status
+    (role,) = by_kind(rendered["enforce"], "Role")
+    assert role["metadata"]["namespace"] == "gpu-webhook"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
     names = {w["metadata"]["name"] for w in rendered["enforce"] if w["kind"].endswith("WebhookConfiguration")}
     assert names == {n for rule in REGISTRATION_RULES for n in rule["resourceNames"]}
 
