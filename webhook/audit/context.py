@@ -9,14 +9,25 @@ object for the same input, and `AdmissionInput.offline` (the engine's) fills the
 `audit --cluster` gives it the server's own cluster context (webhook.kube.ClusterCaches, listed
 once instead of watched): the Namespace objects, PriorityClasses and DRA claims and templates then
 come from the cluster through the server's `get` and `fill`, not from the audited objects.
+
+GPUPolicyExceptions in the input are context too, as in the cluster: from where they appear they
+let their namespace's objects through the rules they name (a broken one is an input problem).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from webhook.engine import AdmissionInput, ClusterSource, is_map
+from webhook.engine import (
+    EXCEPTION_KIND,
+    AdmissionInput,
+    ClusterSource,
+    PolicyException,
+    RuleLoadError,
+    is_map,
+    parse_exception,
+)
 
 DEFAULT_NAMESPACE = "default"  # what kubectl uses when neither -n nor the kubeconfig context names one
 
@@ -58,6 +69,7 @@ class NamespaceContext:
         namespaces: Mapping[str, Mapping[str, Any]] | None = None,
         default_namespace: str | None = None,
         cluster: ClusterSource | None = None,
+        problem: Callable[[str], None] | None = None,
     ) -> None:
         self.namespaces: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (namespaces or {}).items()}
         self.default_namespace = default_namespace or DEFAULT_NAMESPACE
@@ -67,9 +79,15 @@ class NamespaceContext:
         self.cluster_objects: list[Mapping[str, Any]] = []
         # a live cluster's context (audit --cluster): Namespaces and the rest come from it alone
         self.cluster = cluster
+        self.exceptions: list[PolicyException] = []  # GPUPolicyExceptions met so far
+        self.problem = problem  # where a broken GPUPolicyException is told (the audit's input problems)
 
     def take(self, obj: Mapping[str, Any]) -> bool:
         """Keep a Namespace object met in the input as context (True); anything else is left alone."""
+        if obj.get("kind") == EXCEPTION_KIND and str(obj.get("apiVersion", "")).startswith("gpu-webhook.io/"):
+            if self.cluster is None:  # a live cluster's exceptions are in its context already
+                self._take_exception(obj)
+            return True
         if obj.get("kind") in _CLUSTER_CONTEXT_KINDS:
             if self.cluster is None:  # a live cluster's claims are in its context already: keep none twice
                 self.cluster_objects.append(obj)
@@ -81,6 +99,13 @@ class NamespaceContext:
             self.namespaces[name] = dict(obj)
             self.taken += 1
         return True
+
+    def _take_exception(self, obj: Mapping[str, Any]) -> None:
+        try:
+            self.exceptions.append(parse_exception(obj))
+        except RuleLoadError as error:
+            if self.problem is not None:
+                self.problem(f"{error} (not applied)")
 
     def namespace_of(self, obj: Mapping[str, Any] | None) -> str | None:
         if not is_map(obj) or obj.get("kind") in CLUSTER_SCOPED:
@@ -118,6 +143,7 @@ class NamespaceContext:
             namespace_object=namespace_object,
             user_info=user_info,
             cluster_objects=cluster_objects,
+            exceptions=self.exceptions if cluster is None else (),
         )
         if cluster is not None:
             cluster.fill(admission)  # the server's own fill: PriorityClasses, the namespace's DRA objects

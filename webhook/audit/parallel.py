@@ -30,7 +30,8 @@ from .sources import read_manifests
 
 # order-dependent cluster context (context.py _CLUSTER_CONTEXT_KINDS): what makes a file unsafe to split
 _ORDERED_CONTEXT = re.compile(
-    rb"kind:\s*[\"']?(PriorityClass|ResourceClaim|ResourceClaimTemplate)\b|\"kind\"\s*:\s*\"(PriorityClass|ResourceClaim|ResourceClaimTemplate)\""
+    rb"kind:\s*[\"']?(PriorityClass|ResourceClaim|ResourceClaimTemplate|GPUPolicyException)\b"
+    rb"|\"kind\"\s*:\s*\"(PriorityClass|ResourceClaim|ResourceClaimTemplate|GPUPolicyException)\""
 )
 
 # ("result", ObjectResult) | ("problem", message) | ("note", message); with `entries` (the JSON

@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
                 # count from where they appear (kubectl, helm and kustomize output puts them first)
                 namespaces = namespaces_in(args.namespace_objects or [], problem)
                 namespaces.update(namespaces_in([p for p in args.paths if p != "-"], lambda _: None, scan=True))
-                context = NamespaceContext(namespaces, args.namespace)
+                context = NamespaceContext(namespaces, args.namespace, problem=problem)
                 items = read_manifests(args.paths, problems=problem, notes=warn)
                 files = _parallel_files(args) if args.jobs > 1 else None
                 if files is not None:
