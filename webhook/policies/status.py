@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
@@ -35,6 +34,7 @@ from kubernetes.client import ApiClient
 from webhook.engine import API_VERSION, LoadError
 from webhook.install.crds import BY_KIND
 from webhook.kube import rest
+from webhook.kube.background import BackgroundThread
 from webhook.policies.objects import PolicyObject, errors_about, summary
 
 log = logging.getLogger("gpu_webhook.policies")
@@ -124,8 +124,10 @@ def same_status(live: Mapping[str, Any] | None, wanted: Mapping[str, Any]) -> bo
     return bool(comparable(live) == comparable(wanted))
 
 
-class StatusWriter:
+class StatusWriter(BackgroundThread):
     """Writes this replica's view of every policy object whose status lacks it, from a daemon thread."""
+
+    thread_name = "policy-status"
 
     def __init__(
         self,
@@ -140,6 +142,7 @@ class StatusWriter:
         on_write: Callable[[str], None] | None = None,
         request_timeout: tuple[float, float] = (5.0, 10.0),
     ) -> None:
+        super().__init__()
         self._api = api_client
         self._state = state
         self._live = live
@@ -150,8 +153,6 @@ class StatusWriter:
         self._replica_exists = replica_exists
         self._on_write = on_write  # kind of each write: the metric
         self._timeout = request_timeout
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
         self.writes = 0
         self.failures = 0
 
@@ -249,17 +250,6 @@ class StatusWriter:
             return response.status, None
 
     # -- life cycle ----------------------------------------------------------------------------
-    def start(self) -> None:
-        if self._thread is not None:
-            raise RuntimeError("StatusWriter already started")
-        self._thread = threading.Thread(target=self._run, name="policy-status", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
     def _run(self) -> None:
         while not self._stopping.wait(self._poll):
             try:

@@ -36,7 +36,6 @@ from __future__ import annotations
 import copy
 import logging
 import random
-import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +47,7 @@ from kubernetes.client import ApiClient
 from webhook.engine import RuleSet
 from webhook.install.registration import CONFIGURATION_NAMES, ENTRIES, derive, entry_fields
 from webhook.kube import rest
+from webhook.kube.background import BackgroundThread
 from webhook.server.metrics import Metrics
 
 log = logging.getLogger("gpu_webhook.registration")
@@ -267,12 +267,14 @@ class _Configuration:
     logged: dict[str, EntryDrift] = field(default_factory=dict)  # the drift last logged per entry
 
 
-class RegistrationSync:
+class RegistrationSync(BackgroundThread):
     """Checks (and, with `manage`, writes) the live webhook configurations from a daemon thread.
 
     `sync_once(ruleset)` is one pass over both configurations; the thread runs one after each new
     rules generation (exact) and every `interval` seconds (repair or report only).
     """
+
+    thread_name = "registration-sync"
 
     def __init__(
         self,
@@ -286,6 +288,7 @@ class RegistrationSync:
         request_timeout: tuple[float, float] = (5.0, 10.0),
         poll: float = 1.0,
     ) -> None:
+        super().__init__()
         self._api = api_client
         self._rules = rules
         self.manage = manage
@@ -302,8 +305,6 @@ class RegistrationSync:
         self._exact_pending: set[str] = set(self._names)
         self._generation: int | None = None
         self._due = 0.0
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
         # (detail, name -> monotonic time of its last read): swapped whole, read by the event loop
         self._published: tuple[dict[str, Any], dict[str, float | None]] = self._snapshot()
         self.writes = 0  # PUTs that succeeded (tests)
@@ -458,17 +459,6 @@ class RegistrationSync:
         return detail, checked
 
     # -- life cycle ----------------------------------------------------------------------------
-    def start(self) -> None:
-        if self._thread is not None:
-            raise RuntimeError("RegistrationSync already started")
-        self._thread = threading.Thread(target=self._run, name="registration-sync", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
     def _run(self) -> None:
         delay, pause = _BACKOFF_INITIAL, 0.0
         while not self._stopping.wait(pause):
