@@ -1,4 +1,4 @@
-"""GPUPolicyExceptions in the audited input are context, as in the cluster: from where they appear
+"""GPUPolicyExceptions in the input of audit and explain are context, as in the cluster: from where they appear
 they let their own namespace's objects through the rules they name; a broken one is an input problem."""
 
 from __future__ import annotations
@@ -77,3 +77,26 @@ def test_jobs_keep_an_input_with_exceptions_in_order(run, tmp_path: Path) -> Non
     outputs = [run(str(first), str(second), "--rules", PACK_RULES, "-o", "json", "--jobs", jobs)[1] for jobs in "12"]
     assert outputs[0] == outputs[1]
     assert _results(outputs[1], "gpu-requests-equal-limits")["team-a/burst"][0] == "excepted"
+
+
+def test_explain_applies_an_exception_beside_the_object(cli_main, tmp_path: Path) -> None:
+    manifest = tmp_path / "one.yaml"
+    manifest.write_text("---\n".join([EXCEPTION, POD % ("burst", "team-a")]))
+    _, out, _ = cli_main("explain", "-f", str(manifest), "--rules", PACK_RULES, "--no-color")
+    assert (
+        "excepted [gpu-requests-equal-limits] excepted by team-a/bench-burst: burstable GPUs for one benchmark" in out
+    )
+    # the same object without the exception is denied by the rule
+    manifest.write_text(POD % ("burst", "team-a"))
+    _, alone, _ = cli_main("explain", "-f", str(manifest), "--rules", PACK_RULES, "--no-color")
+    assert "excepted by" not in alone
+    assert "gpu-requests-equal-limits" in alone.split("Decision:")[1]  # now among the violations
+
+
+def test_explain_refuses_a_broken_exception_beside_the_object(cli_main, tmp_path: Path) -> None:
+    manifest = tmp_path / "one.yaml"
+    broken = EXCEPTION.replace("  reason: burstable GPUs for one benchmark\n", "")
+    manifest.write_text("---\n".join([broken, POD % ("burst", "team-a")]))
+    code, _, err = cli_main("explain", "-f", str(manifest), "--rules", PACK_RULES)
+    assert code == 2
+    assert "bench-burst" in err and "'reason' is a required property" in err

@@ -27,7 +27,10 @@ def register(commands: Any) -> None:
         "Namespace objects in FILE (or --namespace-objects) give rules their namespaceObject.",
     )
     parser.add_argument(
-        "-f", "--file", required=True, help="the object, optionally with its Namespace (YAML or JSON; - for stdin)"
+        "-f",
+        "--file",
+        required=True,
+        help="the object, optionally with its Namespace and GPUPolicyExceptions (YAML or JSON; - for stdin)",
     )
     add_namespace_objects(parser)
     parser.add_argument("--operation", default="CREATE", choices=("CREATE", "UPDATE", "DELETE", "CONNECT"))
@@ -56,11 +59,15 @@ def run(args: argparse.Namespace) -> int:
     namespaces = namespaces_in(args.namespace_objects, problems.append)
     if problems:
         raise UsageError("\n".join(problems))
-    obj, found = _read(args.file)
+    obj, found, context_documents = _read(args.file)
     namespaces.update(found)
     old = _read(args.old)[0] if args.old else None
     _check_namespace(obj or old, args.namespace)
-    context = NamespaceContext(namespaces, args.namespace)
+    context = NamespaceContext(namespaces, args.namespace, problem=problems.append)
+    for document in context_documents:  # GPUPolicyExceptions beside the object apply as in the cluster
+        context.take(document)
+    if problems:
+        raise UsageError("\n".join(problems))
     admission = context.admission(
         obj if args.operation != "DELETE" else None,
         operation=args.operation,
@@ -98,8 +105,12 @@ def _check_namespace(obj: dict[str, Any] | None, namespace: str | None) -> None:
         raise UsageError(f"the object's namespace {own!r} does not match --namespace {namespace!r}")
 
 
-def _read(path: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """The one object in the file, and the Namespace objects beside it."""
+# documents beside the object that are its context, not a second object
+_CONTEXT_KINDS = ("Namespace", "GPUPolicyException")
+
+
+def _read(path: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """The one object in the file, the Namespace objects beside it, and the GPUPolicyExceptions."""
     import yaml
 
     from webhook.kubeyaml import Loader
@@ -132,13 +143,14 @@ def _read(path: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
         for d in documents
         if d.get("kind") == "Namespace" and isinstance(d.get("metadata"), dict) and d["metadata"].get("name")
     }
-    subjects = [d for d in documents if d.get("kind") != "Namespace"] or documents
+    subjects = [d for d in documents if d.get("kind") not in _CONTEXT_KINDS] or documents
     if len(subjects) != 1:
         raise UsageError(
             f"{name}: expected one object (and optionally its Namespace), found {len(subjects)}: "
             "`gpu-webhook audit` reports on many"
         )
-    return subjects[0], namespaces
+    exceptions = [d for d in documents if d.get("kind") == "GPUPolicyException" and d is not subjects[0]]
+    return subjects[0], namespaces, exceptions
 
 
 def _expanded(documents: list[Any]) -> list[Any]:
