@@ -28,6 +28,7 @@ def exported() -> set[str]:
     metrics.rule_errors.labels("r").inc()
     metrics.rule_results.labels("r", "deny").inc()
     metrics.registration_drift.labels("gpu-webhook-validating", "validate.gpu-webhook.io").set(0)
+    metrics.policy_status_writes.labels("GPUPolicy").inc()
     return {
         line.split("{")[0].split(" ")[0] for line in metrics.render().decode().splitlines() if not line.startswith("#")
     }
