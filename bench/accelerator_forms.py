@@ -12,12 +12,11 @@ Every configuration runs in each round, in turn, on the same process: compare th
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.interleaved import print_ratios, time_in_turns
 from webhook.engine import AdmissionInput, ClusterContext, Phase, evaluate, load_rules
 
 RULES = Path(__file__).resolve().parents[1] / "rules"
@@ -100,19 +99,7 @@ def main(argv: list[str] | None = None) -> None:
         return once
 
     runs = {name: run(*configuration) for name, configuration in CONFIGURATIONS.items()}
-    timings: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(args.rounds):
-        for name, once in runs.items():
-            once()  # warm
-            started = time.perf_counter()
-            for _ in range(args.iterations):
-                once()
-            timings[name].append((time.perf_counter() - started) / args.iterations * 1e6)
-    base = statistics.median(timings["nvidia.com/gpu"])
-    print(f"{'configuration':<42} {'median us':>10} {'/ nvidia.com/gpu':>17}")
-    for name, values in timings.items():
-        median = statistics.median(values)
-        print(f"{name:<42} {median:>10.1f} {median / base:>17.2f}")
+    print_ratios(time_in_turns(runs, args.rounds, args.iterations), "nvidia.com/gpu")
 
 
 if __name__ == "__main__":

@@ -11,11 +11,10 @@ Every configuration runs in each round, in turn, on the same process: compare th
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bench.interleaved import print_ratios, time_in_turns
 from webhook.engine import AdmissionInput, ClusterContext, Phase, PolicyException, evaluate, load_rules
 
 RULES = Path(__file__).resolve().parents[1] / "rules"
@@ -80,19 +79,7 @@ def main(argv: list[str] | None = None) -> None:
         return once
 
     runs = {name: run(found) for name, found in configurations.items()}
-    timings: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(args.rounds):
-        for name, once in runs.items():
-            once()  # warm
-            started = time.perf_counter()
-            for _ in range(args.iterations):
-                once()
-            timings[name].append((time.perf_counter() - started) / args.iterations * 1e6)
-    base = statistics.median(timings["none"])
-    print(f"{'configuration':<45} {'median us':>10} {'/ none':>8}")
-    for name, values in timings.items():
-        median = statistics.median(values)
-        print(f"{name:<45} {median:>10.1f} {median / base:>8.2f}")
+    print_ratios(time_in_turns(runs, args.rounds, args.iterations), "none")
 
 
 if __name__ == "__main__":
