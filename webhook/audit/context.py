@@ -74,7 +74,7 @@ class NamespaceContext:
         self.namespaces: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (namespaces or {}).items()}
         self.default_namespace = default_namespace or DEFAULT_NAMESPACE
         self.taken = 0  # Namespace objects found in the input
-        # PriorityClasses and DRA claims/templates met so far (i11-engine): the cluster context the
+        # PriorityClasses and DRA claims/templates met so far: the cluster context the
         # server's watches would give (priorityClasses, deviceClaims); they are audited as well
         self.cluster_objects: list[Mapping[str, Any]] = []
         # a live cluster's context (audit --cluster): Namespaces and the rest come from it alone

@@ -46,7 +46,7 @@ class MutationContext:
     # the request's subresource: "ephemeralcontainers" when kubectl debug adds a container
     sub_resource: str = ""
     # whether a container names a DRA claim of accelerators (or one the engine cannot resolve) in
-    # resources.claims: a GPU container without any nvidia.com/gpu in its resources (i11-engine)
+    # resources.claims: a GPU container without any nvidia.com/gpu in its resources
     uses_accelerator_claims: Callable[[Mapping[str, Any]], bool] = lambda container: False
 
 

@@ -74,7 +74,7 @@ class AdmissionInput:
     request: dict[str, Any] = field(default_factory=dict)  # the CEL `request` variable
     kind: str | None = None
     sub_resource: str = ""
-    # Cluster context beyond the namespace (i11-engine). None: unknown to this door.
+    # Cluster context beyond the namespace. None: unknown to this door.
     # PriorityClasses by name: {"value": int, "preemptionPolicy": str, "globalDefault": bool}
     # (priority_class_table() makes it from PriorityClass objects); the CEL `priorityClasses`.
     priority_classes: Mapping[str, Mapping[str, Any]] | None = None

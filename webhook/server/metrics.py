@@ -113,7 +113,7 @@ class Metrics:
             "1 once the namespace watch cache has listed the cluster's namespaces.",
             registry=r,
         )
-        # i11-engine: a watch that went quiet (no event, bookmark or restart within its bound)
+        # a watch that went quiet (no event, bookmark or restart within its bound)
         self.watch_stale = Gauge(
             "gpu_webhook_watch_cache_stale",
             "1 when a watch cache (namespace, priorityclass, resourceclaim, ...) has shown no sign of life "
