@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import difflib
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from webhook.kubeyaml import Document
@@ -110,7 +111,7 @@ def apply_overlays(
             continue
         annotations = data["metadata"].setdefault("annotations", {})
         annotations[OVERLAID_BY] = "; ".join(notes[index])
-        out.append(_with_data(document, data))
+        out.append(replace(document, data=data))  # positions stay the rule file's: errors point at the rule
     return out
 
 
@@ -137,19 +138,6 @@ def _fields(
     fields.extend(f"params.{name}" for name in params)
     fields.extend(f"match.{name}" for name in entry.get("match") or {})
     return fields
-
-
-def _with_data(document: Document, data: dict[str, Any]) -> Document:
-    """The document with new data; positions stay the rule file's (errors point at the rule)."""
-    return Document(
-        data=data,
-        file=document.file,
-        index=document.index,
-        values=document.values,
-        keys=document.keys,
-        duplicate_keys=document.duplicate_keys,
-        lines=document.lines,
-    )
 
 
 def _name(document: Document) -> str:
