@@ -160,8 +160,11 @@ def serving_certs(tmp: Path) -> tuple[Path, Path]:
 
 
 @contextlib.contextmanager
-def process(name: str, command: list[str], tmp: Path, ready: str, ca_file: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """A server subprocess (killed with this process), up once GET `ready` answers 200."""
+def process(
+    name: str, command: list[str], tmp: Path, ready: str, ca_file: Path, any_answer: bool = False
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A server subprocess (killed with this process), up once GET `ready` answers 200 (with
+    `any_answer`: answers at all, an HTTP error status included)."""
     log = tmp / f"{name}.log"
     env = {k: v for k, v in os.environ.items() if k != "GPU_WEBHOOK_RULES"}
     child = spawn(command, log, env)
@@ -174,7 +177,9 @@ def process(name: str, command: list[str], tmp: Path, ready: str, ca_file: Path)
             try:
                 with urllib.request.urlopen(ready, timeout=2, context=context if ready.startswith("https") else None):
                     break
-            except OSError:
+            except OSError as error:
+                if any_answer and isinstance(error, urllib.error.HTTPError):
+                    break
                 if time.monotonic() > deadline:
                     raise SystemExit(f"{name} not ready in 60 s:\n{log_tail(log)}") from None
                 time.sleep(0.1)
@@ -190,7 +195,8 @@ def noop_server(
     if patch_file is not None:
         command += ["--patch-file", str(patch_file)]
     # the no-op server has no GET route: a 405 on /mutate also says it listens
-    return _listening("noop-patch" if patch_file else "noop", command, tmp, port, serving)
+    name = "noop-patch" if patch_file else "noop"
+    return process(name, command, tmp, f"https://127.0.0.1:{port}/mutate", serving / CA_FILE, any_answer=True)
 
 
 def gpu_webhook_patches(env: EnvTest, pack: Path, kinds: list[str], namespace: dict[str, Any]) -> dict[str, Any]:
@@ -219,30 +225,6 @@ def gpu_webhook_patches(env: EnvTest, pack: Path, kinds: list[str], namespace: d
         decision = evaluate(ruleset, admission, phase=Phase.MUTATE, mode=Mode.ENFORCE)
         patches[f"bench-{kind}"] = decision.patch or []
     return patches
-
-
-@contextlib.contextmanager
-def _listening(name: str, command: list[str], tmp: Path, port: int, serving: Path) -> Iterator[subprocess.Popen[bytes]]:
-    log = tmp / f"{name}.log"
-    child = spawn(command, log)
-    try:
-        context = ssl.create_default_context(cafile=str(serving / CA_FILE))
-        deadline = time.monotonic() + 30
-        while True:
-            if child.poll() is not None:
-                raise SystemExit(f"{name} exited {child.returncode}:\n{log_tail(log)}")
-            try:
-                urllib.request.urlopen(f"https://127.0.0.1:{port}/mutate", timeout=2, context=context).close()
-                break
-            except urllib.error.HTTPError:
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"{name} not listening in 30 s:\n{log_tail(log)}") from None
-                time.sleep(0.1)
-        yield child
-    finally:
-        terminate(child, timeout=10)
 
 
 def gpu_webhook_server(
