@@ -192,7 +192,7 @@ def test_a_case_about_a_rule_that_does_not_exist_fails(cli, write, tmp_path):
         """,
     )
     code, out, _ = cli("test", str(tmp_path / "suites"))
-    assert code == 1 and "rule reall: no such rule in the rules under test" in out
+    assert code == 1 and "rule reall: no such rule in the rules under test (did you mean real?)" in out
 
 
 def test_errors_and_binary_files_in_suites(cli, write, tmp_path):

@@ -80,30 +80,6 @@ def test_lint_says_so_when_there_is_nothing_to_fix(cli: CLI, write) -> None:
     assert cli("lint", str(rules)) == (0, "3 rules in 2 files: no problems\n", "")
 
 
-def test_a_typo_in_a_suites_rule_name_gets_a_suggestion(cli: CLI, write, tmp_path) -> None:
-    write(
-        "rules/r.yaml",
-        HEADER + "metadata: {name: gpu-limits}\nspec:\n  match: {kinds: [Pod]}\n  validate: {expression: 'true'}\n",
-    )
-    write(
-        "suites/s.test.yaml",
-        """
-        apiVersion: gpu-webhook.io/v1alpha1
-        kind: GPUPolicyTest
-        metadata: {name: s}
-        spec:
-          rules: ../rules
-          cases:
-            - name: typo
-              object: {apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {}}
-              expect: {rules: [{rule: gpu-limit, result: allowed}]}
-        """,
-    )
-    code, out, _ = cli("test", str(tmp_path / "suites"))
-    assert code == 1
-    assert "rule gpu-limit: no such rule in the rules under test (did you mean gpu-limits?)" in out
-
-
 def test_explain_without_the_namespace_says_how_to_give_it(cli: CLI, tmp_path) -> None:
     pod = REPO / "examples" / "pod-notebook.yaml"
     _, out, err = cli("explain", "-f", str(pod), "--rules", str(RULES), "--no-color")
