@@ -17,6 +17,7 @@ from webhook.engine import (
     evaluate,
     parse_exception,
 )
+from webhook.engine.exceptions import excepting
 from webhook.engine.loader import compile_documents
 from webhook.kubeyaml import load_documents
 
@@ -196,8 +197,9 @@ def test_parse_exception_of_a_cluster_object():
         reason="vendor debugging",
         source=found.source,
     )
-    assert found.applies("needs-team", "Pod", "a", "team-a", None, datetime(2029, 1, 1, tzinfo=UTC))
-    assert not found.applies("needs-team", "Pod", "c", "team-a", None, datetime(2029, 1, 1, tzinfo=UTC))
+    at = datetime(2029, 1, 1, tzinfo=UTC)
+    assert excepting([found], "Pod", {"metadata": {"name": "a"}}, "team-a", at) == {"needs-team": found}
+    assert excepting([found], "Pod", {"metadata": {"name": "c"}}, "team-a", at) == {}
 
 
 def test_of_two_covering_exceptions_the_first_by_name_is_reported():

@@ -1,7 +1,7 @@
 """GPUPolicyException: objects of one namespace let through named rules, until an expiry.
 
-An exception is data, checked per request: evaluate (evaluate.py) asks `applies` for each rule
-that matched, and a rule an exception covers neither denies nor patches; its outcome is
+An exception is data, checked per request: evaluate (evaluate.py) asks `excepting` once which
+rules the object's exceptions cover, and a rule an exception covers neither denies nor patches; its outcome is
 `Result.EXCEPTED` with the reason `excepted by <namespace>/<name>: <reason>`. The expiry is
 compared with the admission's `now`, so an expired exception stops applying without a reload.
 
@@ -61,17 +61,6 @@ class PolicyException:
             and (not self.names or name in self.names)
             and (self.selector is None or self.selector.matches(labels))
         )
-
-    def applies(
-        self,
-        rule: str,
-        kind: str,
-        name: str,
-        namespace: str | None,
-        labels: Mapping[str, Any] | None,
-        now: datetime,
-    ) -> bool:
-        return rule in self.rules and not self.expired(now) and self.covers(kind, name, namespace, labels)
 
 
 def parse_exception(document: Document | Mapping[str, Any], origin: str | None = None) -> PolicyException:
@@ -143,11 +132,7 @@ def excepting(
     at = now or utc_now()
     found: dict[str, PolicyException] = {}
     for exception in exceptions:
-        if (
-            exception.namespace != namespace
-            or exception.expired(at)
-            or not exception.covers(kind, name, namespace, labels)
-        ):
+        if exception.expired(at) or not exception.covers(kind, name, namespace, labels):
             continue
         for rule in exception.rules:
             current = found.get(rule)
