@@ -202,3 +202,28 @@ def test_audit_and_explain_agree_on_a_manifest_without_namespace(run, cli_main, 
     manifest.write_text(GPU_POD)
     _, text, _ = cli_main("explain", "-f", str(manifest), "--rules", NS_RULES)
     assert f"skipped [no-gpu-namespaces] {NO_NAMESPACE_CONTEXT}" in text
+
+
+def test_a_namespace_met_again_in_the_input_answers_for_what_follows(run, tmp_path):
+    # The audit keeps the answers of namespace-only expressions per Namespace it read: a second
+    # Namespace of the same name (other labels) replaces the first, and the objects after it see it.
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: gold-only}\n"
+        "spec:\n  action: Deny\n  match: {kinds: [Pod], operations: [CREATE]}\n"
+        "  validate:\n    expression: \"namespaceObject.metadata.labels['tier'] == 'gold'\"\n"
+        "    message: not a gold namespace\n"
+    )
+
+    def namespace(tier: str) -> str:
+        return f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: team-x, labels: {{tier: {tier}}}}}\n"
+
+    def pod(name: str) -> str:
+        return GPU_POD.replace("name: trainer", f"name: {name}, namespace: team-x")
+
+    stream = "---\n".join(
+        [namespace("gold"), pod("a"), pod("b"), namespace("silver"), pod("c"), namespace("gold"), pod("d")]
+    )
+    code, out, _ = run("-", "--rules", str(rules), "-o", "json", stdin=stream)
+    results = {o["name"]: o["rules"][0]["result"] for o in json.loads(out)["objects"]}
+    assert results == {"a": "pass", "b": "pass", "c": "fail", "d": "pass"} and code == 1

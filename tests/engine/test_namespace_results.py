@@ -91,3 +91,37 @@ def test_copies_with_the_same_version_but_other_labels_get_their_own_answers(rul
     patch, allowed = _decide(ruleset, _namespace("silver", "7"))
     assert "silver" in str(patch)
     assert not allowed
+
+
+def test_a_door_that_never_edits_its_namespaces_has_them_answered_once_per_dict(
+    ruleset: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An audit hands every object of a namespace the one Namespace dict it read (namespace_unchanging):
+    # the expressions of the namespace alone run once per dict, and answer as if run every time.
+    from webhook.engine import cel
+
+    runs: list[str] = []
+    evaluate_alone = cel.CompiledExpression.evaluate
+
+    def counted(self: Any, activation: Any) -> Any:
+        runs.append(self.text)
+        return evaluate_alone(self, activation)
+
+    monkeypatch.setattr(cel.CompiledExpression, "evaluate", counted)
+    namespaces = [_namespace("gold", None), _namespace("silver", None), _namespace("gold", None)]
+    kept, fresh = [], []
+    for _ in range(3):
+        for namespace in namespaces:
+            for unchanging, into in ((True, kept), (False, fresh)):
+                admission = AdmissionInput.offline(
+                    gpu_pod(), namespace_object=namespace, namespace_unchanging=unchanging
+                )
+                decision = evaluate(ruleset, admission, phase=Phase.ALL, trace=False)
+                into.append((decision.patch, decision.allowed))
+    assert kept == fresh
+    assert [allowed for _, allowed in kept[:3]] == [True, False, True]
+    condition = (
+        "namespaceObject != null && has(namespaceObject.metadata.labels) && 'tier' in namespaceObject.metadata.labels"
+    )
+    # 9 admissions without the promise run it 9 times; with it, once for each of the 3 dicts
+    assert runs.count(condition) == 9 + 3

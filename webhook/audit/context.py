@@ -141,6 +141,8 @@ class NamespaceContext:
             # shared, not copied: the engine never edits namespaceObject (the server hands it the watch
             # cache's own dict), and the same object lets it reuse its answers per namespace by identity
             namespace_object=namespace_object,
+            # an input's Namespace is taken once and never edited (a second one replaces it whole)
+            namespace_unchanging=cluster is None and namespace_object is self.namespaces.get(namespace or ""),
             user_info=user_info,
             cluster_objects=cluster_objects,
             exceptions=self.exceptions if cluster is None else (),

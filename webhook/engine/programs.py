@@ -85,7 +85,7 @@ class Programs:
         self._default_class: str | None = None
         # id of the projection trees -> projected (oldObject, request, namespaceObject)
         self._fixed: dict[int, tuple[Any, Any, Any]] = {}
-        self._namespace_version = namespace_version(admission.namespace_object)
+        self._namespace_version = namespace_version(admission.namespace_object, admission.namespace_unchanging)
         # Set by fuse_validations once the working copy no longer changes: the validating rules'
         # expressions are then evaluated fused
         self.fuse = False
@@ -218,7 +218,7 @@ class Programs:
     def _namespace_result(
         self, rule: Rule, target: Target, expression: CompiledExpression, version: tuple[str, str]
     ) -> Any:
-        """An expression of the namespace alone, evaluated once per namespace version (uid, resourceVersion).
+        """An expression of the namespace alone, evaluated once per namespace version (namespace_version).
 
         The namespace cache holds each Namespace as the watch delivered it, and the apiserver gives
         every change a new resourceVersion: until then the answer cannot change. Offline, the same
@@ -339,15 +339,19 @@ class Programs:
         return self._default_class
 
 
-def namespace_version(namespace: Mapping[str, Any] | None) -> tuple[str, str] | None:
-    """(uid, resourceVersion) of a Namespace as the API serves it; None when it has no such identity (offline)."""
-    metadata = namespace.get("metadata") if is_map(namespace) else None
-    if not is_map(metadata):
+def namespace_version(namespace: Mapping[str, Any] | None, unchanging: bool = False) -> tuple[str, str] | None:
+    """What names this content of a Namespace: (uid, resourceVersion) as the API serves it; else, when
+    the door never edits it (AdmissionInput.namespace_unchanging), the dict itself (`_namespace_result`
+    then reuses an answer only for that very dict, which its table keeps alive, so the id stays its
+    own); else None: nothing is kept."""
+    if not is_map(namespace):
         return None
-    uid, version = metadata.get("uid"), metadata.get("resourceVersion")
-    if isinstance(uid, str) and uid and isinstance(version, str) and version:
-        return uid, version
-    return None
+    metadata = namespace.get("metadata")
+    if is_map(metadata):
+        uid, version = metadata.get("uid"), metadata.get("resourceVersion")
+        if isinstance(uid, str) and uid and isinstance(version, str) and version:
+            return uid, version
+    return ("", str(id(namespace))) if unchanging else None
 
 
 def evaluate_expression(expression: CompiledExpression, activation: Any) -> Any:

@@ -91,6 +91,10 @@ class AdmissionInput:
     exceptions: tuple[PolicyException, ...] = ()
     # the instant exceptions' expiries are compared with; None: evaluate takes the current UTC time
     now: datetime | None = None
+    # The door never edits namespace_object while the rule set lives (an audit's Namespaces): the
+    # answers of expressions that read the namespace alone are kept for that very dict, as the server
+    # keeps them per (uid, resourceVersion). Without it (or an API identity) nothing is kept.
+    namespace_unchanging: bool = False
 
     @classmethod
     def offline(
@@ -110,6 +114,7 @@ class AdmissionInput:
         cluster_objects: Iterable[Any] | None = None,
         exceptions: Iterable[PolicyException] = (),
         now: datetime | None = None,
+        namespace_unchanging: bool = False,
     ) -> AdmissionInput:
         """An admission as the apiserver would send it for `obj`, for doors that have no AdmissionRequest.
 
@@ -146,6 +151,7 @@ class AdmissionInput:
             resource_claim_templates=resource_claim_templates,
             exceptions=tuple(exceptions),
             now=now,
+            namespace_unchanging=namespace_unchanging,
         )
 
     @classmethod
