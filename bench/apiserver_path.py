@@ -18,6 +18,9 @@ example tenant namespace (`team-llm`), plus that target label:
                  the apiserver, apart from what evaluating it costs gpu-webhook
     gpu-webhook  bench-gpu: gpu-webhook, full pack, both phases
     mixed        bench-mixed: the pack's native policies in the apiserver + gpu-webhook for the rest
+    no-void      bench-no-void: gpu-webhook with a site overlay that turns visible-devices-void off
+                 (a site whose toolkit refuses NVIDIA_VISIBLE_DEVICES from unprivileged containers,
+                 docs/operations.md): the registration then sends only accelerator pods to /mutate
     noop-validating, validating
                  bench-noop-validating, bench-validating: the validating entry alone, to the no-op
                  server and to gpu-webhook (the same processes as noop and gpu-webhook)
@@ -56,7 +59,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +81,7 @@ CLUSTER_FLAGS = (
     "--runtime-config=resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true",
 )
 TARGET = "bench.gpu-webhook.io/target"
-CONFIGS = ("none", "noop", "noop-patch", "gpu-webhook", "mixed", "noop-validating", "validating")
+CONFIGS = ("none", "noop", "noop-patch", "gpu-webhook", "mixed", "no-void", "noop-validating", "validating")
 # what each configuration is compared with: its no-op twin (the same webhook entries, answering allowed)
 NOOP_OF = {"validating": "noop-validating"}
 NAMESPACES = {
@@ -87,6 +90,7 @@ NAMESPACES = {
     "noop-patch": "bench-noop-patch",
     "gpu-webhook": "bench-gpu",
     "mixed": "bench-mixed",
+    "no-void": "bench-no-void",
     "noop-validating": "bench-noop-validating",
     "validating": "bench-validating",
 }
@@ -116,6 +120,15 @@ APISERVER_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
 POLICY_METRIC = "apiserver_admission_controller_admission_duration_seconds"
 POLICY_PLUGIN = "ValidatingAdmissionPolicy"
 NATIVE = "native policies"  # their key beside the webhooks' names in apiserver_histogram
+# the no-void configuration's site: the pack with visible-devices-void turned off (engine/overlays.py)
+NO_VOID_OVERLAY = """\
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicyOverlay
+metadata: {name: no-void}
+spec:
+  rules:
+    - {name: visible-devices-void, enabled: false}
+"""
 _APISERVER_LINE = re.compile(rf"^({APISERVER_METRIC}|{POLICY_METRIC})_(bucket|sum|count)\{{([^}}]*)\}} (\S+)$")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 
@@ -228,7 +241,15 @@ def gpu_webhook_patches(env: EnvTest, pack: Path, kinds: list[str], namespace: d
 
 
 def gpu_webhook_server(
-    name: str, tmp: Path, serving: Path, port: int, metrics_port: int, rules: Path, kubeconfig: Path, workers: int = 1
+    name: str,
+    tmp: Path,
+    serving: Path,
+    port: int,
+    metrics_port: int,
+    rules: Path,
+    kubeconfig: Path,
+    workers: int = 1,
+    extra: Sequence[str] = (),
 ) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
     """`gpu-webhook serve` (with --workers N: N processes on one port, worker i's metrics on metrics_port + i)."""
     command = [
@@ -236,7 +257,7 @@ def gpu_webhook_server(
         "--port", str(port), "--cert-dir", str(serving), "--rules", str(rules),
         "--namespaces", "watch", "--kubeconfig", str(kubeconfig),
         "--metrics-port", str(metrics_port), "--log-level", "warning", "--shutdown-timeout", "5",
-        "--workers", str(workers),
+        "--workers", str(workers), *extra,
     ]  # fmt: skip
     return process(name, command, tmp, f"http://127.0.0.1:{metrics_port}/readyz", serving / CA_FILE)
 
@@ -366,6 +387,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         common = ["manifests", "--ca", str(rendered_certs), "--rules", str(pack), "--image", IMAGE]
         full = [d for d in yaml.safe_load_all(cli(*common)) if d]
         native = [d for d in yaml.safe_load_all(cli(*common, "--native")) if d] if "mixed" in configs else []
+        site = tmp / "site"
+        site.mkdir()
+        (site / "no-void.yaml").write_text(NO_VOID_OVERLAY)
+        no_void = (
+            [d for d in yaml.safe_load_all(cli(*common, "--site", str(site))) if d] if "no-void" in configs else []
+        )
         began = time.monotonic()
         env = stack.enter_context(EnvTest.start(apiserver_args=CLUSTER_FLAGS))
         print(f"apiserver ready in {time.monotonic() - began:.1f} s", flush=True)
@@ -392,18 +419,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if config in configs:
                 webhooks, _ = registration(full, config)
                 env.install_webhooks(webhooks, f"https://127.0.0.1:{port}", ca_pem)
-        for config in ("gpu-webhook", "mixed"):
+        for config in ("gpu-webhook", "mixed", "no-void"):
             if config not in configs and not (config == "gpu-webhook" and "validating" in configs):
                 continue
-            documents = full if config == "gpu-webhook" else native
+            documents = {"gpu-webhook": full, "mixed": native, "no-void": no_void}[config]
             rules = pack
+            extra: list[str] = []
+            if config == "no-void":
+                extra = ["--site", str(site)]
             if config == "mixed":
                 rules = tmp / "mixed-rules"
                 print(f"mixed mode: {write_configmap_rules(native, rules)} rule files left to the webhook", flush=True)
             port, metric_ports[config] = free_port(), free_port()
             ports[config] = port
             child = stack.enter_context(
-                gpu_webhook_server(config, tmp, serving, port, metric_ports[config], rules, env.kubeconfig)
+                gpu_webhook_server(config, tmp, serving, port, metric_ports[config], rules, env.kubeconfig, extra=extra)
             )
             pids[config] = child.pid
             if config not in configs:
@@ -693,7 +723,7 @@ def goals(result: dict[str, Any]) -> list[str]:
     """The design's goals against the no-op webhook, from this run (docs/performance.md)."""
     out = []
     for row in result["rows"]:
-        if row["config"] not in ("gpu-webhook", "mixed", "validating") or "p50_over_noop_ms" not in row:
+        if row["config"] not in ("gpu-webhook", "mixed", "no-void", "validating") or "p50_over_noop_ms" not in row:
             continue
         if row["config"] == "validating":
             met = row["p50_over_noop_ms"] <= 0.5
