@@ -18,6 +18,7 @@ from webhook.cli import main
 from webhook.commands import serve
 from webhook.commands.common import describe_rules
 from webhook.engine import RuleSet
+from webhook.export.merge import rules_of
 
 # a GPU pod without a team label: the pack's gpu-toleration patches it, the site rule denies it
 POD: dict[str, Any] = {
@@ -118,7 +119,7 @@ def test_export(capsys: pytest.CaptureFixture[str], pack: RuleSet, site: Path) -
     code, out, err = run(capsys, "export", *both(site), "--claims", "unresolved")
     assert code == 0
     policies = [d for d in yaml.safe_load_all(out) if d]  # stdout is the policies alone
-    exported = {d["metadata"]["labels"]["gpu-webhook.io/rule"] for d in policies}
+    exported = {rule for d in policies for rule in rules_of(d)}
     kept = {line.split(": ")[1] for line in err.splitlines() if ": not exported: " in line}
     # every rule of both paths is accounted for: exported, or named as kept by the webhook
     assert exported | kept == {rule.name for rule in pack.rules} | {"site-team-label"}

@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from tests.authoring.conftest import REPO, RULES
+from webhook.export.merge import rules_of
 
 SITE = REPO / "examples" / "site"
 EXAMPLES = REPO / "examples"
@@ -128,13 +129,14 @@ def test_export_keeps_an_excepted_rule_in_the_webhook_and_follows_overlays(cli, 
         "gpu-container-resources: not exported: GPUPolicyException ml-research/lora-finetune-sizing lets objects "
         "through it" in err
     )
-    bindings = {
-        d["metadata"]["name"]: d["spec"]["validationActions"]
+    actions = {  # rule -> the validationActions of the binding that holds it
+        rule: d["spec"]["validationActions"]
         for d in yaml.safe_load_all(out)
         if d and d["kind"] == "ValidatingAdmissionPolicyBinding"
+        for rule in rules_of(d)
     }
-    assert bindings["gpu-webhook-no-node-name-in-tenants"] == ["Warn"]
-    assert bindings["gpu-webhook-no-privileged-in-tenants"] == ["Deny"]
+    assert actions["no-node-name-in-tenants"] == ["Warn"]
+    assert actions["no-privileged-in-tenants"] == ["Deny"]
 
 
 def test_lint_reports_stale_overlays_and_unexceptable_rules(cli, write):

@@ -8,6 +8,7 @@ import pytest
 
 from webhook.cli import main
 from webhook.engine import RuleSet
+from webhook.export.merge import rules_of
 from webhook.kubeyaml import plain_documents
 
 
@@ -23,19 +24,27 @@ def split(documents: list[dict]) -> tuple[set[str], set[str]]:
         d["metadata"]["name"] for text in configmap["data"].values() for d in plain_documents(text) if d
     }
     native = {
-        d["metadata"]["labels"]["gpu-webhook.io/rule"]
+        rule
         for d in documents
         if d["kind"] in ("ValidatingAdmissionPolicy", "MutatingAdmissionPolicy")
+        for rule in rules_of(d)
     }
     return served, native
 
 
+@pytest.mark.parametrize("layout", [(), ("--policy-per-rule",)])
 @pytest.mark.parametrize("claims", ["refuse", "unresolved"])
 def test_each_rule_runs_in_exactly_one_place(
-    ca_dir: Path, capsys: pytest.CaptureFixture[str], pack: RuleSet, claims: str
+    ca_dir: Path, capsys: pytest.CaptureFixture[str], pack: RuleSet, claims: str, layout: tuple[str, ...]
 ) -> None:
     names = {rule.name for rule in pack.rules}
-    served, native = split(render(ca_dir, capsys, "--native", "--claims", claims))
+    documents = render(ca_dir, capsys, "--native", "--claims", claims, *layout)
+    served, native = split(documents)
+    validating = [d for d in documents if d["kind"] == "ValidatingAdmissionPolicy"]
+    if layout:  # one policy a rule
+        assert all(len(rules_of(d)) == 1 for d in validating)
+    else:  # merged: fewer policies than validating rules
+        assert len(validating) < sum(len(rules_of(d)) for d in validating)
     assert native and served  # both halves hold rules of the default pack
     assert served & native == set()
     assert served | native == names

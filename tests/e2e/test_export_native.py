@@ -54,6 +54,7 @@ from tests.support import RULES
 from tests.support.envtest import ADMIN_GROUP, ADMIN_USER, SKIP_REASON, EnvTest, Response, assets_dir
 from webhook.engine import KINDS, AdmissionInput, Decision, Limits, Phase, RuleSet, evaluate, load_rules
 from webhook.export import CLAIMS_MODES, Release, export
+from webhook.export.merge import rules_of
 from webhook.export.versions import DEFAULT_VERSION
 
 MODES = CLAIMS_MODES  # refuse (the default), unresolved
@@ -80,6 +81,8 @@ WARNING = re.compile(
     re.DOTALL,
 )
 POLICY_PREFIX = "gpu-webhook-"
+# a merged ValidatingAdmissionPolicy's message names its rule as the webhook's denial does (merge.py)
+NAMED = re.compile(r"\[(?P<rule>[^\]]+)\] (?P<message>.*)", re.DOTALL)
 # the releases before 1.36 and where they are checked: the emulated release and the API versions it serves
 OLDER = {
     "1.33": ("1.30", "1.31", "1.32", "1.33"),
@@ -210,6 +213,8 @@ class Cluster:
     namespaces: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> stored Namespace
     created: list[tuple[str, Response]] = field(default_factory=list)  # (Kind/name, answer) of every object
     same_as_default: bool = False  # whether --kubernetes-version 1.36 renders what the default does
+    owners: dict[str, str] = field(default_factory=dict)  # a validation's expression -> its rule
+    documents: list[dict[str, Any]] = field(default_factory=list)  # what `manifests --native` rendered
     setup_seconds: dict[str, float] = field(default_factory=dict)
 
     def prepare(self) -> None:
@@ -299,6 +304,12 @@ class Cluster:
         """Create every rendered object in order, as `kubectl apply -f` would; the webhook
         configurations by dry run (no webhook runs behind them, and the policies alone decide here)."""
         began = time.monotonic()
+        self.documents = documents
+        for document in documents:
+            if document["kind"] == "ValidatingAdmissionPolicy":  # one validation per rule, in order
+                validations, rules = document["spec"]["validations"], rules_of(document)
+                assert len(validations) == len(rules), document["metadata"]["name"]
+                self.owners.update((v["expression"], rule) for v, rule in zip(validations, rules, strict=True))
         for document in documents:
             kind, name = document["kind"], document["metadata"]["name"]
             answer = self.api.create(document, dry_run=kind in WEBHOOK_KINDS)
@@ -360,10 +371,22 @@ def engine_verdict(decision: Decision) -> Verdict:
     return Verdict(True, (), _by_rule([(v.rule, v.message) for v in decision.warnings]))
 
 
-def native_verdict(answer: Response) -> Verdict:
+def attributed(policy: str, message: str, owners: dict[str, str]) -> tuple[str, str]:
+    """(rule, message) of a policy's message: the rule it names, or whose validation erred, or the
+    policy's own (a MutatingAdmissionPolicy is one rule's)."""
+    named = NAMED.match(message)
+    if named:
+        return named["rule"], named["message"]
+    erred = re.match(r"expression '(?P<expression>.*)' resulted in error", message, re.DOTALL)
+    if erred and erred["expression"] in owners:
+        return owners[erred["expression"]], message
+    return policy.removeprefix(POLICY_PREFIX), message
+
+
+def native_verdict(answer: Response, owners: dict[str, str]) -> Verdict:
     """The apiserver's answer: its first denying policy (it stops there), or the warnings of Warn policies."""
     warnings = [
-        (found["policy"].removeprefix(POLICY_PREFIX), found["message"])
+        attributed(found["policy"], found["message"], owners)
         for found in (WARNING.match(text) for text in answer.warnings)
         if found
     ]
@@ -372,18 +395,18 @@ def native_verdict(answer: Response) -> Verdict:
     found = DENIAL.search(answer.message)
     if found is None:
         return Verdict(False, (("(not a policy)", (f"{answer.status} {answer.message}",)),))
-    return Verdict(False, _by_rule([(found["policy"].removeprefix(POLICY_PREFIX), found["message"])]))
+    return Verdict(False, _by_rule([attributed(found["policy"], found["message"], owners)]))
 
 
 def refusal(answer: Response) -> str:
     return f"{answer.status} {UUID.sub('<uid>', answer.message)}"
 
 
-def differences(case: Case, answer: Response, tolerated: set[str] | None = None) -> list[str]:
+def differences(case: Case, answer: Response, owners: dict[str, str], tolerated: set[str] | None = None) -> list[str]:
     """What differs between the reference (the engine, and phase 1's answer to its result) and the
     apiserver's answer with the policies, in words (empty: they agree)."""
     assert case.decision is not None and case.expected is not None
-    engine, native = engine_verdict(case.decision), native_verdict(answer)
+    engine, native = engine_verdict(case.decision), native_verdict(answer, owners)
     expected = case.expected
     if not engine.allowed:
         if answer.ok:
@@ -504,7 +527,7 @@ def test_the_native_policies_decide_as_the_engine(native: Cluster) -> None:
     def compare(batch: list[Case]) -> dict[str, list[str]]:
         found = {}
         for case in batch:
-            differs = differences(case, case.send(native.api), copies)
+            differs = differences(case, case.send(native.api), native.owners, copies)
             if differs:
                 found[case.name] = differs
         return found
@@ -535,6 +558,82 @@ def test_the_native_policies_decide_as_the_engine(native: Cluster) -> None:
     # the comparison means something only if the cases make every exported rule act
     names = {rule.name for rule in native.rules.rules}
     assert acting == names, f"exported rules no case makes act: {sorted(names - acting)}"
+
+
+def test_validating_rules_share_few_policies(native: Cluster) -> None:
+    """Every exported validating rule is in exactly one merged policy, which names its rules; fewer
+    policies than rules."""
+    policies = [d for d in rendered_policies(native) if d["kind"] == "ValidatingAdmissionPolicy"]
+    held = [rule for policy in policies for rule in rules_of(policy)]
+    validating = sorted(rule.name for rule in native.rules.rules if rule.validate is not None)
+    assert sorted(held) == validating
+    assert len(policies) < len(validating)
+    assert all(p["metadata"]["annotations"]["gpu-webhook.io/rules"] for p in policies)
+
+
+def rendered_policies(native: Cluster) -> list[dict[str, Any]]:
+    return [d for d in native.documents if d["kind"] in POLICY_KINDS]
+
+
+def tenant_namespace(native: Cluster) -> str:
+    name = "e2e-merge-tenant"
+    if name not in native.namespaces:
+        native.namespaces[name] = native.api.create_namespace(
+            name, {"gpu-webhook.io/tenant": "true", NAME_LABEL: name}, {}
+        )
+    return name
+
+
+def test_a_denial_names_the_rule_of_the_merged_policy(native: Cluster) -> None:
+    namespace = tenant_namespace(native)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "pinned", "namespace": namespace},
+        "spec": {"nodeName": "gpu-node-7", "containers": [{"name": "main", "image": "busybox"}]},
+    }
+    answer = native.api.dry_run_create(pod)
+    assert answer.status == 403 and answer.body["reason"] == "Forbidden", answer.message
+    found = DENIAL.search(answer.message)
+    assert found is not None, answer.message
+    holder = next(d for d in rendered_policies(native) if "no-node-name-in-tenants" in rules_of(d))
+    assert found["policy"] == holder["metadata"]["name"] and len(rules_of(holder)) > 1
+    assert found["message"].startswith("[no-node-name-in-tenants] pod pinned sets spec.nodeName gpu-node-7")
+
+
+def test_a_rule_of_a_merged_policy_judges_only_its_own_requests(native: Cluster) -> None:
+    """no-node-name-in-tenants matches CREATE; the rules it shares a policy with match UPDATE too. Its
+    gate keeps it out of a Deployment's UPDATE: the update that pins the template is allowed, the same
+    Deployment created pinned is denied by it."""
+    namespace = tenant_namespace(native)
+    holder = next(d for d in rendered_policies(native) if "no-node-name-in-tenants" in rules_of(d))
+    index = rules_of(holder).index("no-node-name-in-tenants")
+    assert holder["spec"]["validations"][index]["expression"].startswith("!(")  # gated
+    assert "UPDATE" in {op for r in holder["spec"]["matchConstraints"]["resourceRules"] for op in r["operations"]}
+    labels = {"app": "e2e-gate"}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "e2e-gate", "namespace": namespace},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}},
+        },
+    }
+    stored = native.api.create(deployment)
+    assert stored.ok, stored.message
+    pinned = copy.deepcopy(stored.body)
+    pinned["spec"]["template"]["spec"]["nodeName"] = "gpu-node-7"
+    path = f"{native.api.resource_path('apps/v1', 'Deployment', namespace)}/e2e-gate"
+    updated = native.api.request("PUT", path, pinned, {"dryRun": "All"})
+    assert updated.ok, updated.message
+    assert not [w for w in updated.warnings if "no-node-name-in-tenants" in w]
+    created = copy.deepcopy(deployment)
+    created["metadata"]["name"] = "e2e-gate-pinned"
+    created["spec"]["template"]["spec"]["nodeName"] = "gpu-node-7"
+    answer = native.api.dry_run_create(created)
+    found = DENIAL.search(answer.message)
+    assert found is not None and found["message"].startswith("[no-node-name-in-tenants] "), answer.message
 
 
 @pytest.mark.parametrize("native", ["unresolved"], indirect=True)

@@ -1,7 +1,8 @@
 """`gpu-webhook export`: the rules that can run inside the apiserver, as admission policies.
 
-Writes a ValidatingAdmissionPolicy (+ binding) per validating rule and a
-MutatingAdmissionPolicy (+ binding) per mutating rule; every rule that cannot be exported
+Writes the validating rules as few ValidatingAdmissionPolicies (+ bindings) as their bindings allow
+(webhook/export/merge.py; one per rule with --policy-per-rule) and a MutatingAdmissionPolicy
+(+ binding) per mutating rule; every rule that cannot be exported
 gets one line on stderr saying why (it stays with the webhook; with --table, its row says it).
 Exit 0 when the file is written, 2 on a usage or rule error.
 """
@@ -48,6 +49,12 @@ def register(commands: Any) -> None:
         "as the engine decides without claim context: every resourceClaims entry is unresolved, "
         "an accelerator pod that adds 0 devices to the counts (docs/native.md, 'Accelerator rules')",
     )
+    parser.add_argument(
+        "--policy-per-rule",
+        action="store_true",
+        help="a ValidatingAdmissionPolicy per validating rule (each can be disabled alone) instead of one per "
+        "group of rules that share a binding (the apiserver pays per policy; docs/native.md)",
+    )
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: stdout)")
     parser.add_argument("--table", action="store_true", help="print the Markdown table of docs/native.md instead")
     parser.set_defaults(run=run)
@@ -60,7 +67,9 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         release = Release.parse(args.kubernetes_version)
-        result = export(load_ruleset(rule_paths(args.rules, args.site)), args.target, release, args.claims)
+        result = export(
+            load_ruleset(rule_paths(args.rules, args.site)), args.target, release, args.claims, args.policy_per_rule
+        )
     except ValueError as error:
         raise UsageError(str(error)) from None
     text = table(result) if args.table else render(result)

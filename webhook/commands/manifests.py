@@ -78,6 +78,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--claims", choices=CLAIMS_MODES, default=CLAIMS_REFUSE, help="with --native: as `gpu-webhook export --claims`"
     )
+    parser.add_argument(
+        "--policy-per-rule", action="store_true", help="with --native: as `gpu-webhook export --policy-per-rule`"
+    )
     parser.add_argument("--manifests", default=default_manifests_dir(), help=argparse.SUPPRESS)
     parser.set_defaults(run=run)
 
@@ -93,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         rules=rule_paths(args.rules, args.site),
         image=args.image,
         secret=not args.no_secret,
-        native=native_mode(args.kubernetes_version, args.claims) if args.native else None,
+        native=native_mode(args.kubernetes_version, args.claims, args.policy_per_rule) if args.native else None,
     )
     if not args.image:
         _check_placeholder_image(documents)
@@ -201,13 +204,14 @@ def render(
 class NativeMode(NamedTuple):  # not a dataclass: `dataclasses` is 8 ms of imports that --help would pay
     release: Release
     claims: str
+    policy_per_rule: bool = False
 
 
-def native_mode(version: str, claims: str) -> NativeMode:
+def native_mode(version: str, claims: str, policy_per_rule: bool = False) -> NativeMode:
     from webhook.export.versions import Release
 
     try:
-        return NativeMode(Release.parse(version), claims)
+        return NativeMode(Release.parse(version), claims, policy_per_rule)
     except ValueError as error:
         raise UsageError(f"--kubernetes-version: {error}") from None
 
@@ -218,7 +222,7 @@ def native_policies(configmap: dict[str, Any], rules: list[str] | str, mode: Nat
     A rule exported narrower than it is (e.g. CREATE only) stays with the webhook and is not
     exported at all, so no rule runs in both places.
     """
-    from webhook.export import export
+    from webhook.export import export, native_objects
     from webhook.export.mixed import webhook_files
 
     try:
@@ -228,7 +232,7 @@ def native_policies(configmap: dict[str, Any], rules: list[str] | str, mode: Nat
         raise UsageError(str(error)) from None
     complete = [rule for rule in result.rules if rule.note is None]
     configmap["data"] = webhook_files(configmap["data"], [rule.rule for rule in complete])
-    return [obj for rule in complete for obj in rule.objects]
+    return native_objects(complete, mode.policy_per_rule)
 
 
 def rules_configmap(rules: list[str] | str) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Export the rule pack to the apiserver's own CEL admission: ValidatingAdmissionPolicy and MutatingAdmissionPolicy.
 
 result = export(ruleset, target="all", release=Release.parse("1.36"))
-result.objects      # policies and bindings, ready to apply
+result.objects      # policies and bindings, ready to apply: the validating rules merged (merge.py)
 result.refused      # (rule, why) for every rule that stays with the webhook
 result.rules[i].note  # set when the export is narrower than the rule (CREATE only): the webhook keeps it too
 exported_rule_names(ruleset)   # what `manifests --native` leaves out of the webhook's rules
@@ -15,8 +15,9 @@ from typing import Any
 from webhook.engine import RuleSet
 
 from .celenv import NativeEnvironment
+from .merge import merge
 from .nativecel import NotNative
-from .policies import CLAIMS_MODES, CLAIMS_REFUSE, CLAIMS_UNRESOLVED, NativeRule, RuleExporter
+from .policies import CLAIMS_MODES, CLAIMS_REFUSE, CLAIMS_UNRESOLVED, NativeRule, RuleExporter, policy_name
 from .versions import DEFAULT_VERSION, Release
 
 TARGETS = ("vap", "map", "all")
@@ -37,23 +38,37 @@ class Export:
     claims: str = CLAIMS_REFUSE
     rules: list[NativeRule] = field(default_factory=list)
     refused: list[Refusal] = field(default_factory=list)
-
-    @property
-    def objects(self) -> list[dict[str, Any]]:
-        return [o for rule in self.rules for o in rule.objects]
+    objects: list[dict[str, Any]] = field(default_factory=list)  # native_objects(rules)
 
     @property
     def exported(self) -> list[str]:
         return [rule.rule for rule in self.rules]
 
 
+def native_objects(rules: list[NativeRule], policy_per_rule: bool = False) -> list[dict[str, Any]]:
+    """The objects that run `rules` in the apiserver: a MutatingAdmissionPolicy (+ binding) per mutating
+    rule, and the validating rules merged into few ValidatingAdmissionPolicies (merge.py), or one
+    per rule with policy_per_rule. Sets each rule's `policy`."""
+    mutating = [o for rule in rules for o in rule.objects if o["kind"].startswith("Mutating")]
+    if policy_per_rule:
+        for rule in rules:
+            rule.policy = policy_name(rule.rule) if rule.validating is not None else None
+        return [*mutating, *(o for rule in rules for o in rule.objects if o["kind"].startswith("Validating"))]
+    return [*mutating, *merge(rules)]
+
+
 def export(
-    ruleset: RuleSet, target: str = "all", release: Release | None = None, claims: str = CLAIMS_REFUSE
+    ruleset: RuleSet,
+    target: str = "all",
+    release: Release | None = None,
+    claims: str = CLAIMS_REFUSE,
+    policy_per_rule: bool = False,
 ) -> Export:
     """Every rule of the set, exported or refused with a reason: none is dropped silently.
 
     claims: what to do with rules that count accelerators (policies.py CLAIMS_MODES): refuse them
     (the default), or export them as the engine decides without claim context ("unresolved").
+    policy_per_rule: a ValidatingAdmissionPolicy per validating rule instead of merged ones.
     """
     if target not in TARGETS:
         raise ValueError(f"--target {target!r}: expected one of {', '.join(TARGETS)}")
@@ -79,6 +94,7 @@ def export(
             result.rules.append(exporter.export(rule, want_vap=target != "map", want_map=target != "vap"))
         except NotNative as reason:
             result.refused.append(Refusal(rule.name, str(reason)))
+    result.objects = native_objects(result.rules, policy_per_rule)
     return result
 
 
@@ -103,4 +119,5 @@ __all__ = [
     "Release",
     "export",
     "exported_rule_names",
+    "native_objects",
 ]

@@ -57,7 +57,8 @@ CLAIMS_MODES = (CLAIMS_REFUSE, CLAIMS_UNRESOLVED)
 
 @dataclass(slots=True)
 class NativeRule:
-    """What one rule became: its objects, and the CEL the equivalence tests run."""
+    """What one rule became: its objects (one policy and binding of each kind it needs: the layout
+    of `--policy-per-rule`; merge.py groups the validating ones), and the CEL the equivalence tests run."""
 
     rule: str
     objects: list[dict[str, Any]] = field(default_factory=list)
@@ -65,6 +66,7 @@ class NativeRule:
     mutating: dict[str, Any] | None = None  # the MutatingAdmissionPolicy
     action: str = "Deny"
     note: str | None = None  # how the export is narrower than the rule (then the webhook keeps it too)
+    policy: str | None = None  # the ValidatingAdmissionPolicy that holds its validation (merge.py, or its own)
 
     @property
     def kinds(self) -> list[str]:
@@ -398,8 +400,10 @@ class RuleExporter:
                 "CREATE only) to export it"
             )
         match = self._match(rule)
-        native = NativeRule(rule=rule.name, action=str(rule.action), note=note)
         name = policy_name(rule.name)
+        native = NativeRule(
+            rule=rule.name, action=str(rule.action), note=note, policy=name if rule.validate is not None else None
+        )
         constraints = match_constraints(rule, kinds, operations)
         metadata: dict[str, Any] = {"name": name, "labels": {**LABELS, RULE_LABEL: rule.name}}
         if rule.description:

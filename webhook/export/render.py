@@ -35,13 +35,16 @@ def table(result: Export) -> str:
     """The Markdown table of docs/native.md: every rule, exported or not, and why."""
     from .policies import COST_ANNOTATION
 
-    rows = ["| rule | exported | as | action | estimated cost / why not |", "|---|---|---|---|---|"]
+    rows = [
+        "| rule | exported | as | action | validating policy | estimated cost / why not |",
+        "|---|---|---|---|---|---|",
+    ]
     exported = {rule.rule: rule for rule in result.rules}
     refused = {refusal.rule: refusal.reason for refusal in result.refused}
     for name in sorted({*exported, *refused}):
         native = exported.get(name)
         if native is None:
-            rows.append(f"| {name} | **no** | — | — | {refused[name]} |")
+            rows.append(f"| {name} | **no** | — | — | — | {refused[name]} |")
             continue
         policies = [o for o in native.objects if not o["kind"].endswith("Binding")]
         kinds = " + ".join("MAP" if o["kind"].startswith("Mutating") else "VAP" for o in policies)
@@ -50,5 +53,5 @@ def table(result: Export) -> str:
             action = f"mutate, {native.action}"
         costs = " / ".join(f"{int(o['metadata']['annotations'][COST_ANNOTATION]):,}" for o in policies)
         note = f"; {native.note}" if native.note else ""
-        rows.append(f"| {name} | yes | {kinds} | {action} | {costs}{note} |")
+        rows.append(f"| {name} | yes | {kinds} | {action} | {native.policy or '—'} | {costs}{note} |")
     return "\n".join(rows) + "\n"
