@@ -3,9 +3,11 @@
 The set-up of bench.apiserver_path (envtest's etcd + kube-apiserver, the rendered registration
 narrowed to one namespace per configuration, the tenant namespace of docs/operations.md), then
 `--creates` server-side dry-run creates of the GPU pod from `--clients` concurrent clients, as
-fast as they are answered (a 2,000-pod JobSet landing at once), in three configurations:
+fast as they are answered (a 2,000-pod JobSet landing at once), in four configurations:
 
     none         bench-none: no webhook selects it (what the apiserver alone sustains here)
+    noop         bench-noop: the no-op webhook (bench/noop_server.py) with the same registration:
+                 what any webhook on this stack costs a burst (TLS, HTTP, the apiserver's calls)
     replicas-1   bench-r1: one `gpu-webhook serve` (the full pack, namespace watch)
     replicas-N   bench-rN: `gpu-webhook serve --workers N`: N server processes on one port
                  (SO_REUSEPORT), the kernel spreading the apiserver's connections over them
@@ -30,6 +32,7 @@ import asyncio
 import contextlib
 import json
 import os
+import socket
 import ssl
 import statistics
 import sys
@@ -54,6 +57,7 @@ from bench.apiserver_path import (
     apiserver_histogram,
     cli,
     gpu_webhook_server,
+    noop_server,
     percentile,
     pod,
     registration,
@@ -249,8 +253,9 @@ def line(row: dict[str, Any]) -> str:
 def goals(rows: list[dict[str, Any]]) -> list[str]:
     out = []
     floor = [r["p99_ms"] for r in rows if r["config"] == "none"]
+    noop = [r["p99_ms"] for r in rows if r["config"] == "noop"]
     for row in rows:
-        if row["config"] == "none":
+        if row["config"] in ("none", "noop"):
             continue
         memory = max(row["peak_pss_mib_per_process"] or [0.0])
         checks = {
@@ -261,11 +266,27 @@ def goals(rows: list[dict[str, Any]]) -> list[str]:
         }
         missed = [goal for goal, met in checks.items() if not met]
         out.append(
-            f"{row['config']} round {row['round']}: p99 {row['p99_ms']:.1f} ms (no webhook in the same run: "
-            f"{', '.join(f'{p:.1f}' for p in floor)} ms), peak {memory:.0f} MiB per replica: "
+            f"{row['config']} round {row['round']}: p99 {row['p99_ms']:.1f} ms (in the same run, no webhook: "
+            f"{', '.join(f'{p:.1f}' for p in floor)} ms; the no-op webhook: {', '.join(f'{p:.1f}' for p in noop)} ms), "
+            f"peak {memory:.0f} MiB per replica: "
             + ("all goals met" if not missed else "NOT met: " + ", ".join(missed))
         )
     return out
+
+
+def free_port_block(count: int) -> int:
+    """The first of `count` consecutive loopback ports nothing listens on now: worker i of `serve
+    --workers` takes its metrics port + i, and a port taken there stops that worker's metrics."""
+    while True:
+        first = free_port()
+        try:
+            with contextlib.ExitStack() as probes:
+                for port in range(first, first + count):
+                    probe = probes.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+                    probe.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -285,6 +306,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         targets: dict[str, dict[str, Any]] = {}
         for name, namespace, workers in (
             ("none", "bench-none", 0),
+            ("noop", "bench-noop", 0),
             ("replicas-1", "bench-r1", 1),
             (f"replicas-{args.replicas}", f"bench-r{args.replicas}", args.replicas),
         ):
@@ -293,8 +315,14 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "namespace": namespace,
                 "url": f"{env.url}/api/v1/namespaces/{namespace}/pods?dryRun=All",
             }
+            if name == "noop":
+                port = free_port()
+                child = stack.enter_context(noop_server(tmp, serving, port))
+                target.update(pid=child.pid)
+                webhooks, _ = registration(full, name)
+                env.install_webhooks(webhooks, f"https://127.0.0.1:{port}", ca_pem)
             if workers:
-                port, metrics_port = free_port(), free_port()
+                port, metrics_port = free_port(), free_port_block(workers)
                 ports = [metrics_port + i for i in range(workers)]
                 child = stack.enter_context(
                     gpu_webhook_server(name, tmp, serving, port, metrics_port, pack, env.kubeconfig, workers)
