@@ -20,9 +20,7 @@ def render(ca_dir: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> lis
 def split(documents: list[dict]) -> tuple[set[str], set[str]]:
     """(rules the webhook's ConfigMap serves, rules the apiserver runs as policies)."""
     (configmap,) = [d for d in documents if d["kind"] == "ConfigMap"]
-    served = {
-        d["metadata"]["name"] for text in configmap["data"].values() for d in plain_documents(text) if d
-    }
+    served = {d["metadata"]["name"] for text in configmap["data"].values() for d in plain_documents(text) if d}
     native = {
         rule
         for d in documents
@@ -54,3 +52,23 @@ def test_without_native_the_webhook_serves_every_rule(
     ca_dir: Path, capsys: pytest.CaptureFixture[str], pack: RuleSet
 ) -> None:
     assert split(render(ca_dir, capsys)) == ({rule.name for rule in pack.rules}, set())
+
+
+@pytest.mark.parametrize("layout", [(), ("--policy-per-rule",)])
+def test_the_audit_overlay_binds_native_policies_to_audit_not_deny(
+    ca_dir: Path, capsys: pytest.CaptureFixture[str], layout: tuple[str, ...]
+) -> None:
+    # its webhook runs --mode=audit and refuses nothing; the policies must not refuse either
+    # (tests/e2e/test_export_native.py proves it on a real apiserver, with its audit log)
+    def bindings(overlay: str) -> dict[str, list[str]]:
+        documents = render(ca_dir, capsys, "--native", "--overlay", overlay, *layout)
+        return {
+            rule: d["spec"]["validationActions"]
+            for d in documents
+            if d["kind"] == "ValidatingAdmissionPolicyBinding"
+            for rule in rules_of(d)
+        }
+
+    enforce, audit = bindings("enforce"), bindings("audit")
+    assert set(enforce) == set(audit) and "Deny" in {a for actions in enforce.values() for a in actions}
+    assert all(actions == ["Audit" if a == "Deny" else a for a in enforce[rule]] for rule, actions in audit.items())

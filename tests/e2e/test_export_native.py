@@ -721,3 +721,72 @@ def test_older_releases_accept_every_object_export_writes_for_them(emulated: str
         f"({dict(kinds)}); apiserver up in {started:.1f} s, {time.monotonic() - began:.1f} s in all"
     )
     assert not refused, "\n".join(refused)
+
+
+AUDIT_POLICY = "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n  - level: Metadata\n"
+
+
+def test_the_audit_overlay_records_what_the_enforce_overlay_denies(webhook_certs: Path, tmp_path: Path) -> None:
+    """The audit roll-out step runs the webhook in `--mode=audit` (it refuses nothing); its native
+    policies must not refuse either. On a real apiserver with an audit log: the enforce rendering's
+    policies deny a pod that pins its node; the audit rendering's admit it and write the failure into
+    the audit event (validation.policy.admission.k8s.io/validation_failure, validationActions Audit)."""
+    if assets_dir() is None:
+        pytest.skip(SKIP_REASON)
+
+    def policies(overlay: str) -> list[dict[str, Any]]:
+        args = ["manifests", "--ca", str(webhook_certs), "--rules", str(RULES), "--image", E2E_IMAGE, "--native"]
+        return [
+            d
+            for d in yaml.safe_load_all(gpu_webhook(*args, "--overlay", overlay).stdout)
+            if d and d["kind"] in POLICY_KINDS
+        ]
+
+    enforce, audit = policies("enforce"), policies("audit")
+    actions = {a for d in audit if d["kind"].endswith("Binding") for a in d["spec"].get("validationActions", [])}
+    assert actions and "Deny" not in actions, actions
+    (tmp_path / "audit-policy.yaml").write_text(AUDIT_POLICY)
+    log = tmp_path / "audit.log"
+    flags = [*CLUSTER_FLAGS, f"--audit-policy-file={tmp_path / 'audit-policy.yaml'}", f"--audit-log-path={log}"]
+    with EnvTest.start(apiserver_args=flags) as api:
+        api.create_namespace("e2e-rollout", {"gpu-webhook.io/tenant": "true"}, {})
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "pinned", "namespace": "e2e-rollout"},
+            "spec": {"nodeName": "gpu-node-7", "containers": [{"name": "main", "image": "busybox"}]},
+        }
+
+        def answer_once_settled(want_ok: bool) -> Response:
+            deadline = time.monotonic() + 30
+            while True:  # the apiserver's policy informer picks new policies up within a few seconds
+                answer = api.dry_run_create(pod)
+                if answer.ok == want_ok or time.monotonic() > deadline:
+                    return answer
+                time.sleep(0.2)
+
+        for document in enforce:
+            assert api.create(document).ok
+        denied = answer_once_settled(want_ok=False)
+        assert denied.status == 403 and "[no-node-name-in-tenants]" in denied.message, denied.message
+        for document in enforce:
+            kind = document["kind"]
+            path = f"{api.resource_path(document['apiVersion'], kind, None)}/{document['metadata']['name']}"
+            assert api.request("DELETE", path).ok
+        for document in audit:
+            assert api.create(document).ok
+        pod["metadata"]["name"] = "pinned-audited"
+        deadline = time.monotonic() + 30
+        while True:  # admitted, and recorded, once the apiserver has the audit policies in force
+            admitted = api.dry_run_create(pod)
+            events = [json.loads(line) for line in log.read_text().splitlines()]
+            # only an Audit action writes this annotation (a Deny answers with the refusal instead)
+            failures = [
+                e["annotations"]["validation.policy.admission.k8s.io/validation_failure"]
+                for e in events
+                if "validation.policy.admission.k8s.io/validation_failure" in e.get("annotations", {})
+            ]
+            if admitted.ok and any("[no-node-name-in-tenants]" in f and '"Audit"' in f for f in failures):
+                break
+            assert time.monotonic() < deadline, f"{admitted.status} {admitted.message}; {failures}"
+            time.sleep(0.2)

@@ -177,7 +177,7 @@ def render(
     configmap = rules_configmap(rules or default_rules_dir())
     objects.append(configmap)
     if native is not None:
-        objects.extend(native_policies(configmap, rules or default_rules_dir(), native))
+        objects.extend(native_policies(configmap, rules or default_rules_dir(), native, audit=overlay == "audit"))
     # what the apiserver sends follows the rules the webhook will load: the ConfigMap, after --native
     objects = derive(objects, configmap_ruleset(configmap))
     if ca_dir is not None:
@@ -216,11 +216,15 @@ def native_mode(version: str, claims: str, policy_per_rule: bool = False) -> Nat
         raise UsageError(f"--kubernetes-version: {error}") from None
 
 
-def native_policies(configmap: dict[str, Any], rules: list[str] | str, mode: NativeMode) -> list[dict[str, Any]]:
+def native_policies(
+    configmap: dict[str, Any], rules: list[str] | str, mode: NativeMode, audit: bool = False
+) -> list[dict[str, Any]]:
     """The policies of the rules that export in full; their documents leave the ConfigMap.
 
     A rule exported narrower than it is (e.g. CREATE only) stays with the webhook and is not
-    exported at all, so no rule runs in both places.
+    exported at all, so no rule runs in both places. With `audit` (the audit overlay, whose webhook
+    runs `--mode=audit` and refuses nothing) the bindings record instead of denying, as the webhook
+    does: validationActions Deny becomes Audit, so the roll-out step blocks nothing in either place.
     """
     from webhook.export import export, native_objects
     from webhook.export.mixed import webhook_files
@@ -232,6 +236,14 @@ def native_policies(configmap: dict[str, Any], rules: list[str] | str, mode: Nat
         raise UsageError(str(error)) from None
     complete = [rule for rule in result.rules if rule.note is None]
     configmap["data"] = webhook_files(configmap["data"], [rule.rule for rule in complete])
+    if audit:
+        for rule in complete:
+            for obj in rule.objects:
+                if obj["kind"] == "ValidatingAdmissionPolicyBinding":
+                    actions = obj["spec"]["validationActions"]
+                    obj["spec"]["validationActions"] = list(
+                        dict.fromkeys("Audit" if a == "Deny" else a for a in actions)
+                    )
     return native_objects(complete, mode.policy_per_rule)
 
 
