@@ -51,168 +51,180 @@ _METADATA_FIELDS: dict[str, Any] = {
 }
 _METADATA = {"type": "object", "required": ["name"], "properties": _METADATA_FIELDS}
 
-POLICY_SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "$id": "https://gpu-webhook.io/schemas/gpupolicy.json",
-    "title": "GPUPolicy",
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["apiVersion", "kind", "metadata", "spec"],
-    "properties": {
-        "apiVersion": {"const": API_VERSION},
-        "kind": {"const": POLICY_KIND},
-        "metadata": _METADATA,
-        "spec": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["match"],
-            "anyOf": [{"required": ["validate"]}, {"required": ["mutate"]}],
-            "properties": {
-                "action": {"enum": ["Deny", "Warn", "Audit"], "default": "Deny"},
-                "exceptable": {
-                    "type": "boolean",
-                    "default": True,
-                    "description": "false: no GPUPolicyException may name this rule (lint refuses one, and "
-                    "evaluation ignores one that reached the cluster). For rules whose whole point is that no "
-                    "tenant is exempt, such as privileged containers.",
-                },
-                "failurePolicy": {"enum": ["Fail", "Ignore"], "default": "Fail"},
-                "onMissingContext": {"enum": ["Allow", "Deny"], "default": "Allow"},
-                "autogen": {"type": "boolean", "default": True},
-                "ratcheting": {
-                    "type": "boolean",
-                    "default": True,
-                    "description": "On UPDATE the rule acts only when the update changed a field it reads or "
-                    "writes, and a Deny rule denies only violations the old object did not already have (as "
-                    "Kubernetes ratchets CRD validation, KEP-4008). false: re-check and re-mutate every UPDATE "
-                    "in full (the webhook registration then sends every UPDATE).",
-                },
-                "match": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["kinds"],
-                    "properties": {
-                        "kinds": {
-                            "type": "array",
-                            "minItems": 1,
-                            "description": "Kinds the rule targets: a name from the kind table (Pod, Job, JobSet, "
-                            "RayService, ...; '*' for all of them), or, for any other kind, its API as a mapping "
-                            "so that the webhook registration can ask the apiserver to send it.",
-                            "items": {
-                                "oneOf": [
-                                    {"type": "string", "minLength": 1},
-                                    {
-                                        "type": "object",
-                                        "additionalProperties": False,
-                                        "required": ["kind", "group", "version", "resource"],
-                                        "properties": {
-                                            "kind": {"type": "string", "minLength": 1},
-                                            "group": {"type": "string", "description": "'' for the core API"},
-                                            "version": {"type": "string", "minLength": 1},
-                                            "resource": {
-                                                "type": "string",
-                                                "pattern": "^[a-z0-9.-]+$",
-                                                "description": "the plural resource name, e.g. services",
-                                            },
+
+def _document(
+    kind: str,
+    spec: dict[str, Any],
+    *,
+    file: str | None = None,
+    description: str | None = None,
+    metadata: dict[str, Any] = _METADATA,
+    metadata_required: bool = True,
+) -> dict[str, Any]:
+    """The schema of a `kind` document: apiVersion, kind, metadata and `spec`, nothing else; `file`
+    names it for editors ($id), as webhook/schemas/ ships it."""
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        **({"$id": f"https://gpu-webhook.io/schemas/{file}"} if file else {}),
+        "title": kind,
+        **({"description": description} if description else {}),
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["apiVersion", "kind", *(["metadata"] if metadata_required else []), "spec"],
+        "properties": {
+            "apiVersion": {"const": API_VERSION},
+            "kind": {"const": kind},
+            "metadata": metadata,
+            "spec": spec,
+        },
+    }
+
+
+POLICY_SCHEMA: dict[str, Any] = _document(
+    POLICY_KIND,
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["match"],
+        "anyOf": [{"required": ["validate"]}, {"required": ["mutate"]}],
+        "properties": {
+            "action": {"enum": ["Deny", "Warn", "Audit"], "default": "Deny"},
+            "exceptable": {
+                "type": "boolean",
+                "default": True,
+                "description": "false: no GPUPolicyException may name this rule (lint refuses one, and "
+                "evaluation ignores one that reached the cluster). For rules whose whole point is that no "
+                "tenant is exempt, such as privileged containers.",
+            },
+            "failurePolicy": {"enum": ["Fail", "Ignore"], "default": "Fail"},
+            "onMissingContext": {"enum": ["Allow", "Deny"], "default": "Allow"},
+            "autogen": {"type": "boolean", "default": True},
+            "ratcheting": {
+                "type": "boolean",
+                "default": True,
+                "description": "On UPDATE the rule acts only when the update changed a field it reads or "
+                "writes, and a Deny rule denies only violations the old object did not already have (as "
+                "Kubernetes ratchets CRD validation, KEP-4008). false: re-check and re-mutate every UPDATE "
+                "in full (the webhook registration then sends every UPDATE).",
+            },
+            "match": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["kinds"],
+                "properties": {
+                    "kinds": {
+                        "type": "array",
+                        "minItems": 1,
+                        "description": "Kinds the rule targets: a name from the kind table (Pod, Job, JobSet, "
+                        "RayService, ...; '*' for all of them), or, for any other kind, its API as a mapping "
+                        "so that the webhook registration can ask the apiserver to send it.",
+                        "items": {
+                            "oneOf": [
+                                {"type": "string", "minLength": 1},
+                                {
+                                    "type": "object",
+                                    "additionalProperties": False,
+                                    "required": ["kind", "group", "version", "resource"],
+                                    "properties": {
+                                        "kind": {"type": "string", "minLength": 1},
+                                        "group": {"type": "string", "description": "'' for the core API"},
+                                        "version": {"type": "string", "minLength": 1},
+                                        "resource": {
+                                            "type": "string",
+                                            "pattern": "^[a-z0-9.-]+$",
+                                            "description": "the plural resource name, e.g. services",
                                         },
                                     },
-                                ]
-                            },
+                                },
+                            ]
                         },
-                        "operations": {"type": "array", "items": {"enum": OPERATIONS_ENUM}},
-                        "namespaces": {
-                            "type": "object",
-                            "additionalProperties": False,
-                            "properties": {"include": _STRINGS, "exclude": _STRINGS},
-                        },
-                        "namespaceSelector": _LABEL_SELECTOR,
-                        "objectSelector": _LABEL_SELECTOR,
-                        "gpu": {"type": "boolean"},
-                        "condition": {"type": "string"},
                     },
-                },
-                "validate": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["expression"],
-                    "properties": {
-                        "expression": {"type": "string"},
-                        "message": {"type": "string"},
-                        "messageExpression": {"type": "string"},
-                    },
-                },
-                "mutate": {
-                    "type": "array",
-                    "items": {
+                    "operations": {"type": "array", "items": {"enum": OPERATIONS_ENUM}},
+                    "namespaces": {
                         "type": "object",
-                        "minProperties": 1,
-                        "maxProperties": 1,
                         "additionalProperties": False,
-                        "properties": {name: {"anyOf": [kind.schema, _FROM_PARAM]} for name, kind in MUTATIONS.items()},
+                        "properties": {"include": _STRINGS, "exclude": _STRINGS},
                     },
+                    "namespaceSelector": _LABEL_SELECTOR,
+                    "objectSelector": _LABEL_SELECTOR,
+                    "gpu": {"type": "boolean"},
+                    "condition": {"type": "string"},
                 },
-                "params": {"type": "object"},
             },
+            "validate": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["expression"],
+                "properties": {
+                    "expression": {"type": "string"},
+                    "message": {"type": "string"},
+                    "messageExpression": {"type": "string"},
+                },
+            },
+            "mutate": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "minProperties": 1,
+                    "maxProperties": 1,
+                    "additionalProperties": False,
+                    "properties": {name: {"anyOf": [kind.schema, _FROM_PARAM]} for name, kind in MUTATIONS.items()},
+                },
+            },
+            "params": {"type": "object"},
         },
     },
-}
+    file="gpupolicy.json",
+)
 
-CONFIG_SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "title": CONFIG_KIND,
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["apiVersion", "kind", "spec"],
-    "properties": {
-        "apiVersion": {"const": API_VERSION},
-        "kind": {"const": CONFIG_KIND},
-        "metadata": _METADATA,
-        "spec": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "acceleratorResources": {
-                    "type": "array",
-                    "minItems": 1,
-                    "items": {"type": "string"},
-                    "description": "Extended resource names that hand out accelerator devices, one per unit; "
-                    "`prefix*` patterns. A DeviceClass's spec.extendedResourceName (DRA extended resources) "
-                    "belongs here; deviceclass.resource.kubernetes.io/<class> counts for every accelerator "
-                    "DeviceClass without it.",
-                },
-                "acceleratorDeviceClasses": {
-                    "type": "array",
-                    "items": {"type": "string"},
-                    "description": "DRA DeviceClass names whose devices count as accelerators; `prefix*` "
-                    "patterns. Default: gpu.nvidia.com, mig.nvidia.com, vfio.gpu.nvidia.com, gpu.amd.com, "
-                    "gpu.intel.com.",
-                },
-                "acceleratorShareResources": {
-                    "type": "array",
-                    "items": {"type": "string"},
-                    "description": "Resource names that give a share of a GPU's memory or compute, not devices "
-                    "(Volcano, HAMi): a container asking for one has a GPU, counted as one device unless it asks "
-                    "for device resources as well; `prefix*` patterns. Default: volcano.sh/gpu-memory, "
-                    "volcano.sh/vgpu-memory, volcano.sh/vgpu-memory-percentage, volcano.sh/vgpu-cores, "
-                    "nvidia.com/gpumem, nvidia.com/gpumem-percentage, nvidia.com/gpucores.",
-                },
-                "acceleratorSliceResources": {
-                    "type": "array",
-                    "items": {"type": "string"},
-                    "description": "Accelerator resources whose devices are parts of one GPU, left out of "
-                    "targetWholeGpuCount; `prefix*` patterns. Default: nvidia.com/mig-*, nvidia.com/gpu.shared, "
-                    "volcano.sh/vgpu-number.",
-                },
-                "acceleratorSliceDeviceClasses": {
-                    "type": "array",
-                    "items": {"type": "string"},
-                    "description": "DRA DeviceClasses whose devices are parts of one GPU (left out of "
-                    "targetWholeGpuCount); `prefix*` patterns. Default: mig.nvidia.com.",
-                },
+CONFIG_SCHEMA: dict[str, Any] = _document(
+    CONFIG_KIND,
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "acceleratorResources": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"type": "string"},
+                "description": "Extended resource names that hand out accelerator devices, one per unit; "
+                "`prefix*` patterns. A DeviceClass's spec.extendedResourceName (DRA extended resources) "
+                "belongs here; deviceclass.resource.kubernetes.io/<class> counts for every accelerator "
+                "DeviceClass without it.",
+            },
+            "acceleratorDeviceClasses": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "DRA DeviceClass names whose devices count as accelerators; `prefix*` "
+                "patterns. Default: gpu.nvidia.com, mig.nvidia.com, vfio.gpu.nvidia.com, gpu.amd.com, "
+                "gpu.intel.com.",
+            },
+            "acceleratorShareResources": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Resource names that give a share of a GPU's memory or compute, not devices "
+                "(Volcano, HAMi): a container asking for one has a GPU, counted as one device unless it asks "
+                "for device resources as well; `prefix*` patterns. Default: volcano.sh/gpu-memory, "
+                "volcano.sh/vgpu-memory, volcano.sh/vgpu-memory-percentage, volcano.sh/vgpu-cores, "
+                "nvidia.com/gpumem, nvidia.com/gpumem-percentage, nvidia.com/gpucores.",
+            },
+            "acceleratorSliceResources": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Accelerator resources whose devices are parts of one GPU, left out of "
+                "targetWholeGpuCount; `prefix*` patterns. Default: nvidia.com/mig-*, nvidia.com/gpu.shared, "
+                "volcano.sh/vgpu-number.",
+            },
+            "acceleratorSliceDeviceClasses": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "DRA DeviceClasses whose devices are parts of one GPU (left out of "
+                "targetWholeGpuCount); `prefix*` patterns. Default: mig.nvidia.com.",
             },
         },
     },
-}
+    metadata_required=False,
+)
 
 _RULE_NAME = {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", "maxLength": 253}
 _OVERLAY_RULE = {
@@ -246,85 +258,68 @@ _OVERLAY_RULE = {
         },
     },
 }
-OVERLAY_SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "$id": "https://gpu-webhook.io/schemas/gpupolicyoverlay.json",
-    "title": OVERLAY_KIND,
-    "description": "Site changes to rules of the pack, applied before the rules are compiled: a rule turned "
-    "off, its action or failurePolicy set, its params or match fields replaced. Cluster-scoped.",
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["apiVersion", "kind", "metadata", "spec"],
-    "properties": {
-        "apiVersion": {"const": API_VERSION},
-        "kind": {"const": OVERLAY_KIND},
-        "metadata": _METADATA,
-        "spec": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["rules"],
-            "properties": {"rules": {"type": "array", "minItems": 1, "items": _OVERLAY_RULE}},
-        },
+OVERLAY_SCHEMA: dict[str, Any] = _document(
+    OVERLAY_KIND,
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["rules"],
+        "properties": {"rules": {"type": "array", "minItems": 1, "items": _OVERLAY_RULE}},
     },
-}
-EXCEPTION_SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "$id": "https://gpu-webhook.io/schemas/gpupolicyexception.json",
-    "title": EXCEPTION_KIND,
-    "description": "Lets objects of its own namespace through the rules it names, until it expires. Namespaced: "
-    "who may create one is RBAC's business (docs/day-two.md).",
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["apiVersion", "kind", "metadata", "spec"],
-    "properties": {
-        "apiVersion": {"const": API_VERSION},
-        "kind": {"const": EXCEPTION_KIND},
-        "metadata": {
-            "type": "object",
-            "required": ["name", "namespace"],
-            "properties": {
-                **_METADATA_FIELDS,
-                "namespace": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": 63},
+    file="gpupolicyoverlay.json",
+    description="Site changes to rules of the pack, applied before the rules are compiled: a rule turned "
+    "off, its action or failurePolicy set, its params or match fields replaced. Cluster-scoped.",
+)
+EXCEPTION_SCHEMA: dict[str, Any] = _document(
+    EXCEPTION_KIND,
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["rules", "reason"],
+        "properties": {
+            "rules": {
+                "type": "array",
+                "minItems": 1,
+                "items": _RULE_NAME,
+                "description": "The GPUPolicies (metadata.name) the objects are excepted from.",
             },
-        },
-        "spec": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["rules", "reason"],
-            "properties": {
-                "rules": {
-                    "type": "array",
-                    "minItems": 1,
-                    "items": _RULE_NAME,
-                    "description": "The GPUPolicies (metadata.name) the objects are excepted from.",
-                },
-                "match": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "description": "Which objects of the namespace: every field given must match (none: all).",
-                    "properties": {
-                        "kinds": {
-                            **_STRINGS,
-                            "description": "The object's kind (Deployment, Pod, ...); any if absent.",
-                        },
-                        "names": {**_STRINGS, "description": "The object's metadata.name; any if absent."},
-                        "objectSelector": {
-                            **_LABEL_SELECTOR,
-                            "description": "On the object's own labels (for a workload, the workload's, not "
-                            "its pod template's).",
-                        },
+            "match": {
+                "type": "object",
+                "additionalProperties": False,
+                "description": "Which objects of the namespace: every field given must match (none: all).",
+                "properties": {
+                    "kinds": {
+                        **_STRINGS,
+                        "description": "The object's kind (Deployment, Pod, ...); any if absent.",
+                    },
+                    "names": {**_STRINGS, "description": "The object's metadata.name; any if absent."},
+                    "objectSelector": {
+                        **_LABEL_SELECTOR,
+                        "description": "On the object's own labels (for a workload, the workload's, not "
+                        "its pod template's).",
                     },
                 },
-                "expires": {
-                    "type": "string",
-                    "format": "date-time",
-                    "description": "RFC 3339 time (2026-12-01T00:00:00Z) from which the exception no longer applies.",
-                },
-                "reason": {"type": "string", "minLength": 1, "description": "Why: reported with every use."},
             },
+            "expires": {
+                "type": "string",
+                "format": "date-time",
+                "description": "RFC 3339 time (2026-12-01T00:00:00Z) from which the exception no longer applies.",
+            },
+            "reason": {"type": "string", "minLength": 1, "description": "Why: reported with every use."},
         },
     },
-}
+    file="gpupolicyexception.json",
+    description="Lets objects of its own namespace through the rules it names, until it expires. Namespaced: "
+    "who may create one is RBAC's business (docs/day-two.md).",
+    metadata={
+        "type": "object",
+        "required": ["name", "namespace"],
+        "properties": {
+            **_METADATA_FIELDS,
+            "namespace": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": 63},
+        },
+    },
+)
 
 # Expected outcome of one rule on one test case (`gpu-webhook test`).
 RULE_RESULTS = ["allowed", "denied", "warned", "audited", "mutated", "skipped", "error", "excepted"]
@@ -353,90 +348,80 @@ _EXPECT_RULE = {
         },
     },
 }
-TEST_SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "$id": "https://gpu-webhook.io/schemas/gpupolicytest.json",
-    "title": TEST_KIND,
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["apiVersion", "kind", "metadata", "spec"],
-    "properties": {
-        "apiVersion": {"const": API_VERSION},
-        "kind": {"const": TEST_KIND},
-        "metadata": _METADATA,
-        "spec": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["cases"],
-            "properties": {
-                "rules": {
-                    "type": "string",
-                    "description": "Rules to test (file or directory), relative to this file. "
-                    "Default: the rules of the directory given to `gpu-webhook test`.",
-                },
-                "cases": {
-                    "type": "array",
-                    "minItems": 1,
-                    "items": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "required": ["name"],
-                        "oneOf": [{"required": ["object"]}, {"required": ["objectFile"]}],
-                        "properties": {
-                            "name": {"type": "string"},
-                            "operation": {"enum": ["CREATE", "UPDATE", "DELETE", "CONNECT"], "default": "CREATE"},
-                            "object": _OBJECT_OR_FILE,
-                            "objectFile": {"type": "string", "description": "YAML file, relative to this file."},
-                            "oldObject": _OBJECT_OR_FILE,
-                            "oldObjectFile": {"type": "string"},
-                            "namespace": {"type": "string", "description": "Default: the object's namespace."},
-                            "namespaceObject": _OBJECT_OR_FILE,
-                            "namespaceObjectFile": {"type": "string"},
-                            "clusterObjects": {
-                                "type": "array",
-                                "items": {"type": "object"},
-                                "description": "Cluster context: PriorityClass, ResourceClaim and "
-                                "ResourceClaimTemplate objects (the latter of the case's namespace), and "
-                                "GPUPolicyException objects (applied as the server applies the cluster's).",
-                            },
-                            "userInfo": {
-                                "type": "object",
-                                "description": "request.userInfo: username, uid, groups, extra.",
-                            },
-                            "now": {
-                                "type": "string",
-                                "format": "date-time",
-                                "description": "The time the case runs at (RFC 3339), for GPUPolicyExceptions' "
-                                "spec.expires. Default: the current time.",
-                            },
-                            "expect": {
-                                "type": "object",
-                                "additionalProperties": False,
-                                "properties": {
-                                    "allowed": {"type": "boolean", "description": "The whole pack's verdict."},
-                                    "rules": {"type": "array", "items": _EXPECT_RULE},
-                                    "object": {
-                                        "type": "object",
-                                        "description": "The object after every mutation (a subset by default).",
-                                    },
-                                    "objectMatch": {
-                                        "enum": ["subset", "exact", "contains"],
-                                        "default": "subset",
-                                        "description": "subset: the expected fields, lists item by item (same "
-                                        "length); exact: equal; contains: the expected fields, and each expected "
-                                        "list item contained in some item of the actual list (others may sit "
-                                        "beside it).",
-                                    },
-                                    "patch": {
-                                        "type": "array",
-                                        "items": {"type": "object"},
-                                        "description": "The exact JSON Patch of the whole pack.",
-                                    },
-                                    "patchContains": {
-                                        "type": "array",
-                                        "items": {"type": "object"},
-                                        "description": "Operations the pack's JSON Patch contains, among others.",
-                                    },
+TEST_SCHEMA: dict[str, Any] = _document(
+    TEST_KIND,
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["cases"],
+        "properties": {
+            "rules": {
+                "type": "string",
+                "description": "Rules to test (file or directory), relative to this file. "
+                "Default: the rules of the directory given to `gpu-webhook test`.",
+            },
+            "cases": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["name"],
+                    "oneOf": [{"required": ["object"]}, {"required": ["objectFile"]}],
+                    "properties": {
+                        "name": {"type": "string"},
+                        "operation": {"enum": ["CREATE", "UPDATE", "DELETE", "CONNECT"], "default": "CREATE"},
+                        "object": _OBJECT_OR_FILE,
+                        "objectFile": {"type": "string", "description": "YAML file, relative to this file."},
+                        "oldObject": _OBJECT_OR_FILE,
+                        "oldObjectFile": {"type": "string"},
+                        "namespace": {"type": "string", "description": "Default: the object's namespace."},
+                        "namespaceObject": _OBJECT_OR_FILE,
+                        "namespaceObjectFile": {"type": "string"},
+                        "clusterObjects": {
+                            "type": "array",
+                            "items": {"type": "object"},
+                            "description": "Cluster context: PriorityClass, ResourceClaim and "
+                            "ResourceClaimTemplate objects (the latter of the case's namespace), and "
+                            "GPUPolicyException objects (applied as the server applies the cluster's).",
+                        },
+                        "userInfo": {
+                            "type": "object",
+                            "description": "request.userInfo: username, uid, groups, extra.",
+                        },
+                        "now": {
+                            "type": "string",
+                            "format": "date-time",
+                            "description": "The time the case runs at (RFC 3339), for GPUPolicyExceptions' "
+                            "spec.expires. Default: the current time.",
+                        },
+                        "expect": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "properties": {
+                                "allowed": {"type": "boolean", "description": "The whole pack's verdict."},
+                                "rules": {"type": "array", "items": _EXPECT_RULE},
+                                "object": {
+                                    "type": "object",
+                                    "description": "The object after every mutation (a subset by default).",
+                                },
+                                "objectMatch": {
+                                    "enum": ["subset", "exact", "contains"],
+                                    "default": "subset",
+                                    "description": "subset: the expected fields, lists item by item (same "
+                                    "length); exact: equal; contains: the expected fields, and each expected "
+                                    "list item contained in some item of the actual list (others may sit "
+                                    "beside it).",
+                                },
+                                "patch": {
+                                    "type": "array",
+                                    "items": {"type": "object"},
+                                    "description": "The exact JSON Patch of the whole pack.",
+                                },
+                                "patchContains": {
+                                    "type": "array",
+                                    "items": {"type": "object"},
+                                    "description": "Operations the pack's JSON Patch contains, among others.",
                                 },
                             },
                         },
@@ -445,7 +430,8 @@ TEST_SCHEMA: dict[str, Any] = {
             },
         },
     },
-}
+    file="gpupolicytest.json",
+)
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     POLICY_KIND: POLICY_SCHEMA,
