@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import socket
 import ssl
 import statistics
@@ -61,11 +60,13 @@ from bench.apiserver_path import (
     percentile,
     pod,
     registration,
+    run_on_envtest,
+    save,
     serving_certs,
     snapshot_rules,
     wait_until_called,
 )
-from tests.support.envtest import EnvTest, EnvTestError, assets_dir, free_port
+from tests.support.envtest import EnvTest, free_port
 from webhook.certs import CA_FILE
 
 GOAL_P99_MS = 50.0
@@ -347,29 +348,10 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=30.0, help="the client's time-out per create, seconds")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    if assets_dir() is None:
-        print(
-            "KUBEBUILDER_ASSETS is unset: no kube-apiserver to run against (e.g. KUBEBUILDER_ASSETS=/work/shared/envtest)"
-        )
-        return 2
-    began = time.monotonic()
-    try:
-        rows = run(args)
-    except EnvTestError as error:
-        print(error, file=sys.stderr)
-        return 1
+    rows, meta = run_on_envtest("bench.apiserver_burst", run, args)
     for text in goals(rows):
         print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"burst-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    meta = {
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": " ".join(["python -m bench.apiserver_burst", *sys.argv[1:]]),
-        "seconds": time.monotonic() - began,
-        "load_average": os.getloadavg(),
-    }
-    path.write_text(json.dumps({"rows": rows, "meta": meta}, indent=2))
-    print(f"{path} ({meta['seconds']:.0f} s, load average {meta['load_average'][0]:.2f})")
+    save(args.out, "burst", {"rows": rows, "meta": meta})
     return 0
 
 

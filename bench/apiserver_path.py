@@ -59,9 +59,9 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import yaml
@@ -73,6 +73,7 @@ from webhook.engine import AdmissionInput, Mode, Phase, evaluate
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "tmp"
+T = TypeVar("T")
 RULES = REPO / "rules"
 IMAGE = "registry.example.com/gpu-webhook@sha256:" + "0" * 64  # never pulled: the Deployment is not installed
 # as the end-to-end tests run the apiserver (tests/e2e/conftest.py CLUSTER_FLAGS)
@@ -753,20 +754,38 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=10, help="unmeasured creates per configuration and pod first")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    result, meta = run_on_envtest("bench.apiserver_path", run, args)
+    result["meta"] = meta
+    print(table(result))
+    for line in [*goals(result), *handler_cpu_lines(result["handler_cpu"])]:
+        print(line)
+    for row in result["rows"]:
+        for failure in row["failure_examples"]:
+            print(f"failed ({row['config']} {row['pod']}): {failure}")
+    save(args.out, "apiserver", result)
+    return 3 if result["handler_cpu"]["regressed"] else 0
+
+
+def run_on_envtest(
+    module: str, run: Callable[[argparse.Namespace], T], args: argparse.Namespace
+) -> tuple[T, dict[str, Any]]:
+    """`run(args)` against the envtest binaries of $KUBEBUILDER_ASSETS, and the facts of the run (date,
+    command, seconds, load, CPUs, Python, commit). Exits 2 when KUBEBUILDER_ASSETS is unset, 1 when
+    etcd or the apiserver do not come up."""
     if assets_dir() is None:
         print(
             "KUBEBUILDER_ASSETS is unset: no kube-apiserver to run against (e.g. KUBEBUILDER_ASSETS=/work/shared/envtest)"
         )
-        return 2
+        raise SystemExit(2)
     began = time.monotonic()
     try:
         result = run(args)
     except EnvTestError as error:
         print(error, file=sys.stderr)
-        return 1
-    result["meta"] = {
+        raise SystemExit(1) from None
+    meta = {
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": " ".join(["python -m bench.apiserver_path", *sys.argv[1:]]),
+        "command": " ".join([f"python -m {module}", *sys.argv[1:]]),
         "seconds": time.monotonic() - began,
         "load_average": os.getloadavg(),
         "cpus": os.cpu_count(),
@@ -775,17 +794,16 @@ def main() -> int:
             ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
         ).stdout.strip(),
     }
-    print(table(result))
-    for line in [*goals(result), *handler_cpu_lines(result["handler_cpu"])]:
-        print(line)
-    for row in result["rows"]:
-        for failure in row["failure_examples"]:
-            print(f"failed ({row['config']} {row['pod']}): {failure}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"apiserver-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    path.write_text(json.dumps(result, indent=2, default=str))
-    print(f"{path} ({result['meta']['seconds']:.0f} s, load average {result['meta']['load_average'][0]:.2f})")
-    return 3 if result["handler_cpu"]["regressed"] else 0
+    return result, meta
+
+
+def save(directory: Path, prefix: str, document: dict[str, Any]) -> None:
+    """Write a run's document (with its `meta`) as DIRECTORY/PREFIX-<time>.json and say where."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{prefix}-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    path.write_text(json.dumps(document, indent=2, default=str))
+    meta = document["meta"]
+    print(f"{path} ({meta['seconds']:.0f} s, load average {meta['load_average'][0]:.2f})")
 
 
 if __name__ == "__main__":
