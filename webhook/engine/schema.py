@@ -37,6 +37,11 @@ _LABEL_SELECTOR = {
         },
     },
 }
+_NAMESPACES = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"include": _STRINGS, "exclude": _STRINGS},
+}
 # A mutation's arguments may come whole from the rule's params, so sites configure values, not rules.
 _FROM_PARAM = {
     "type": "object",
@@ -140,11 +145,7 @@ POLICY_SCHEMA: dict[str, Any] = _document(
                         },
                     },
                     "operations": {"type": "array", "items": {"enum": OPERATIONS_ENUM}},
-                    "namespaces": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "properties": {"include": _STRINGS, "exclude": _STRINGS},
-                    },
+                    "namespaces": _NAMESPACES,
                     "namespaceSelector": _LABEL_SELECTOR,
                     "objectSelector": _LABEL_SELECTOR,
                     "gpu": {"type": "boolean"},
@@ -247,11 +248,7 @@ _OVERLAY_RULE = {
             "additionalProperties": False,
             "description": "Each field given replaces the rule's field of the same name.",
             "properties": {
-                "namespaces": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "properties": {"include": _STRINGS, "exclude": _STRINGS},
-                },
+                "namespaces": _NAMESPACES,
                 "namespaceSelector": _LABEL_SELECTOR,
                 "objectSelector": _LABEL_SELECTOR,
             },
