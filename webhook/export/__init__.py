@@ -38,7 +38,17 @@ class Export:
     claims: str = CLAIMS_REFUSE
     rules: list[NativeRule] = field(default_factory=list)
     refused: list[Refusal] = field(default_factory=list)
-    objects: list[dict[str, Any]] = field(default_factory=list)  # native_objects(rules)
+    policy_per_rule: bool = False
+    _objects: list[dict[str, Any]] | None = field(default=None, repr=False)
+
+    @property
+    def objects(self) -> list[dict[str, Any]]:
+        """native_objects(rules), made on first use: merging takes tens of milliseconds that a caller
+        reading only which rules export (`manifests --native`, exported_rule_names) need not pay.
+        Sets each rule's `policy`."""
+        if self._objects is None:
+            self._objects = native_objects(self.rules, self.policy_per_rule)
+        return self._objects
 
     @property
     def exported(self) -> list[str]:
@@ -76,7 +86,7 @@ def export(
     if release.vap_version() is None:
         raise ValueError(f"Kubernetes {release}: ValidatingAdmissionPolicy is GA from 1.30; export needs 1.30 or later")
     exporter = RuleExporter(ruleset.accelerators, release, NativeEnvironment(), claims)
-    result = Export(release, claims=claims)
+    result = Export(release, claims=claims, policy_per_rule=policy_per_rule)
     # a native policy cannot read GPUPolicyExceptions (nor compare their expiry with the time): a rule
     # the given exceptions name stays with the webhook, so the cluster answers as `audit` does
     excepted = {rule: exception.key for exception in ruleset.exceptions for rule in sorted(exception.rules)}
@@ -94,7 +104,6 @@ def export(
             result.rules.append(exporter.export(rule, want_vap=target != "map", want_map=target != "vap"))
         except NotNative as reason:
             result.refused.append(Refusal(rule.name, str(reason)))
-    result.objects = native_objects(result.rules, policy_per_rule)
     return result
 
 

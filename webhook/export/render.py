@@ -33,12 +33,20 @@ def render(result: Export) -> str:
 
 def table(result: Export) -> str:
     """The Markdown table of docs/native.md: every rule, exported or not, and why."""
+    from .merge import rules_of
     from .policies import COST_ANNOTATION
 
     rows = [
         "| rule | exported | as | action | validating policy | estimated cost / why not |",
         "|---|---|---|---|---|---|",
     ]
+    # the ValidatingAdmissionPolicy that holds each rule's validation (merged, or its own)
+    holders = {
+        rule: o["metadata"]["name"]
+        for o in result.objects
+        if o["kind"] == "ValidatingAdmissionPolicy"
+        for rule in rules_of(o)
+    }
     exported = {rule.rule: rule for rule in result.rules}
     refused = {refusal.rule: refusal.reason for refusal in result.refused}
     for name in sorted({*exported, *refused}):
@@ -53,5 +61,5 @@ def table(result: Export) -> str:
             action = f"mutate, {native.action}"
         costs = " / ".join(f"{int(o['metadata']['annotations'][COST_ANNOTATION]):,}" for o in policies)
         note = f"; {native.note}" if native.note else ""
-        rows.append(f"| {name} | yes | {kinds} | {action} | {native.policy or '—'} | {costs}{note} |")
+        rows.append(f"| {name} | yes | {kinds} | {action} | {holders.get(name, '—')} | {costs}{note} |")
     return "\n".join(rows) + "\n"
