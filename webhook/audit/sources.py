@@ -107,12 +107,13 @@ def read_manifests(
         except orjson.JSONDecodeError as error:
             problems(InputProblem(path, f"invalid JSON: {error}"))
         except UnicodeDecodeError as error:
-            problems(InputProblem(_name(path), f"not UTF-8 text (byte {error.start}): is it a binary file?"))
+            problems(InputProblem(input_name(path), f"not UTF-8 text (byte {error.start}): is it a binary file?"))
         except OSError as error:
-            problems(InputProblem(_name(path), str(error.strerror or error)))
+            problems(InputProblem(input_name(path), str(error.strerror or error)))
 
 
-def _name(path: str) -> str:
+def input_name(path: str) -> str:
+    """A path as messages name it: `-` is `<stdin>`."""
     return STDIN if path == "-" else path
 
 

@@ -92,10 +92,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _name(path: str) -> str:
-    """A path as messages name it: stdin is `<stdin>`, as audit names it."""
-    from webhook.audit.sources import STDIN
+    """A path as messages name it, as audit names it (imported when needed: explain's start-up skips audit)."""
+    from webhook.audit.sources import input_name
 
-    return STDIN if path == "-" else path
+    return input_name(path)
 
 
 def _check_namespace(obj: dict[str, Any] | None, namespace: str | None) -> None:
