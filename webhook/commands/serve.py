@@ -227,8 +227,29 @@ def _registration(args: argparse.Namespace, api_client: ApiClient, server: Serve
         "kept in step with the rules" if manage else "checked for drift only (--manage-registration)",
         extra={"manageRegistration": manage},
     )
+    namespace, identity = registration_identity()
     return RegistrationSync(
-        api_client, server.state.rules, manage=manage, interval=args.registration_interval, metrics=server.metrics
+        api_client,
+        server.state.rules,
+        manage=manage,
+        interval=args.registration_interval,
+        metrics=server.metrics,
+        namespace=namespace,
+        identity=identity,
+    )
+
+
+def registration_identity() -> tuple[str, str]:
+    """Where this replica's registration Leases live and who it is there: POD_NAMESPACE and POD_NAME (the
+    Deployment's downward API; the writer matches records to the Deployment's Pods by name), else the
+    manifests' namespace and the host name with the process id (two servers on one host are two replicas)."""
+    import socket
+
+    from webhook.install.registration import NAMESPACE
+
+    return (
+        os.environ.get("POD_NAMESPACE") or NAMESPACE,
+        os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}",
     )
 
 
