@@ -8,9 +8,11 @@ processes with different packs are in tests/e2e/test_registration_sync.py.
 
 from __future__ import annotations
 
+import base64
 import copy
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +26,7 @@ from webhook.commands.serve import manages_registration
 from webhook.engine import RuleSet
 from webhook.install.registration import ENTRIES, VALIDATING, configurations, entry_fields
 from webhook.kube import rest
-from webhook.server.registration_leases import LEADER, record_name
+from webhook.server.registration_leases import LEADER, NEEDS, RECORD_LABEL, decode_needs, encode_needs, record_name
 from webhook.server.registration_sync import RegistrationSync, in_step, uncovered
 
 (VALIDATE,) = [e for e in ENTRIES if e.configuration == VALIDATING and not e.policies]
@@ -337,3 +339,53 @@ def test_who_writes(
         monkeypatch.setenv(name, value)
     args = build_parser().parse_args(["serve", *argv])
     assert manages_registration(args) is manages
+
+
+def test_a_broken_needs_record_narrows_nothing_and_says_why(
+    api: FakeApi, running: Callable[..., RegistrationSync], old: RuleSet, new: RuleSet
+) -> None:
+    """A record the writer cannot read might hide any need: the writer keeps what is live and reports it."""
+    newer = running(Rules(new), identity="newer")
+    wait_for(lambda: sends_jobs(api))
+    newer.stop()
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": "gpu-webhook-needs-garbled",
+            "labels": {RECORD_LABEL: "record"},
+            "annotations": {NEEDS: "%%"},
+        },
+        "spec": {"holderIdentity": "garbled", "leaseDurationSeconds": 60, "renewTime": "2026-01-01T00:00:00.000000Z"},
+    }
+    api.store(lease)
+    older = running(Rules(old), identity="older")
+    wait_for(lambda: older.status()["writer"].get("leader") is True)
+    time.sleep(0.3)
+    assert sends_jobs(api)
+    assert any("is not a needs record" in error for error in older.status()["writer"]["errors"])
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "%%",  # not base64
+        base64.b64encode(b"not zlib").decode(),
+        base64.b64encode(zlib.compress(b"[1, 2]")).decode(),  # not a map of entries
+        base64.b64encode(zlib.compress(b'{"validate.gpu-webhook.io": {"rules": "all"}}')).decode(),
+        # 1 MiB and more once inflated (a few KB on the wire): not read
+        base64.b64encode(zlib.compress(b'{"a": {"rules": [], "x": "' + b"x" * (1 << 20) + b'"}}')).decode(),
+        None,
+    ],
+)
+def test_a_needs_annotation_is_read_only_when_it_is_one(value: Any) -> None:
+    assert decode_needs(value) is None
+
+
+def test_needs_round_trip_and_record_names_are_dns_names(new: RuleSet) -> None:
+    needs = {e.name: entry_fields(new, e) for e in ENTRIES}
+    value, digest = encode_needs(needs)
+    assert decode_needs(value) == needs and len(digest) == 16
+    assert encode_needs(dict(reversed(needs.items()))) == (value, digest)  # the same whatever the order
+    assert record_name("Node_A/replica 1") == "gpu-webhook-needs-node-a-replica-1"
+    assert len(record_name("x" * 400)) <= 253
