@@ -80,6 +80,14 @@ class Replica:
         detail = self.detail()
         return bool(detail and detail.get("ready"))
 
+    def leader(self) -> float:
+        """gpu_webhook_registration_leader on its /metrics."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as answer:
+            for line in answer.read().decode().splitlines():
+                if line.startswith("gpu_webhook_registration_leader "):
+                    return float(line.split()[1])
+        raise AssertionError("no gpu_webhook_registration_leader on /metrics")
+
 
 @dataclass
 class Samples:
@@ -351,6 +359,8 @@ def test_newer_then_older_then_a_reload_of_the_older_and_its_leaving(
         start(older, serving, kubeconfig)  # the older pack starts beside it (a roll-back, or a surge pod)
         wait("the older replica Ready", older.ready, replicas)
         time.sleep(5)
+        assert (newer.leader(), older.leader()) == (1.0, 0.0)  # one writer, and the metric says which
+        assert newer.detail()["registration"]["writer"]["liveReplicas"] == [newer.name, older.name]
         generation = reload(older)
         wait("the older replica reloaded", lambda: older.detail()["rules"]["generation"] > generation, replicas)
         time.sleep(5)
@@ -371,3 +381,58 @@ def test_newer_then_older_then_a_reload_of_the_older_and_its_leaving(
     wait(
         "the registration narrows once no live replica needs claims", lambda: not live_sends_claims(apiserver), (older,)
     )
+
+
+def test_a_replica_that_publishes_no_needs_keeps_the_registration_as_it_is(
+    apiserver: EnvTest, replicas: tuple[Replica, Replica], serving: Path, kubeconfig: Path
+) -> None:
+    """A Pod of the Deployment without a needs record (an earlier release): its needs are unknown, so the
+    writer keeps what the live configuration sends until that Pod is gone. The Pods are listed as the
+    ServiceAccount, with the shipped Role."""
+    newer, older = replicas
+    start(newer, serving, kubeconfig)
+    wait("the newer replica Ready", newer.ready, replicas)
+    account = apiserver.create(
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": NAMESPACE}}
+    )
+    assert account.ok or account.status == 409, account.body
+    earlier = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "gpu-webhook-earlier",
+            "namespace": NAMESPACE,
+            "labels": {"app.kubernetes.io/name": "gpu-webhook"},
+        },
+        "spec": {  # the namespace enforces the restricted Pod Security profile
+            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {
+                    "name": "gpu-webhook",
+                    "image": "registry.example.com/gpu-webhook:0.0.9",
+                    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                }
+            ],
+        },
+    }
+    made = apiserver.create(earlier)
+    assert made.ok, made.body  # no scheduler here: it stays Pending, alive as far as the writer can tell
+    pod = f"/api/v1/namespaces/{NAMESPACE}/pods/gpu-webhook-earlier"
+    try:
+        stop(newer)
+        start(older, serving, kubeconfig)
+        wait("the older replica is the writer", lambda: holder(apiserver) == older.name, replicas)
+        wait(
+            "the writer sees the Pod without a record",
+            lambda: (
+                (older.detail() or {}).get("registration", {}).get("writer", {}).get("unknownReplicas")
+                == ["gpu-webhook-earlier"]
+            ),
+            replicas,
+        )
+        time.sleep(4)  # two passes of the writer
+        assert live_sends_claims(apiserver)
+    finally:
+        assert apiserver.request("DELETE", pod, query={"gracePeriodSeconds": "0"}).ok
+    seconds = wait("the registration narrows once that Pod is gone", lambda: not live_sends_claims(apiserver), replicas)
+    print(f"\nunknown replica: kept while its Pod lived; narrowed {seconds:.1f} s after it was deleted")
