@@ -184,7 +184,7 @@ def test_the_service_account_writes_exactly_the_derived_rules_and_conditions_onc
     assert set(drift_gauge(metrics).values()) == {0.0}
     assert sync.status()["drift"] is False
 
-    # in step: neither a periodic pass nor a fresh replica's exact pass writes again
+    # in step: neither a second pass nor a fresh replica's first pass writes again
     versions = {kind: after[kind]["metadata"]["resourceVersion"] for kind in KINDS}
     assert sync.sync_once(pack)
     fresh = RegistrationSync(account_client, Rules(pack), manage=True)

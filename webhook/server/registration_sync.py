@@ -343,6 +343,7 @@ class RegistrationSync(BackgroundThread):
         self._started = time.monotonic()
         self._grace = startup_grace
         self._covered = not manage  # the live registration has once sent what this replica's rules need
+        self._checked: tuple[RuleSet | None, float] = (None, 0.0)  # a follower's last drift check: rules, next due
         # (detail, name -> monotonic time of its last read): swapped whole, read by the event loop
         self._published: tuple[dict[str, Any], dict[str, float | None]] = self._snapshot()
         self.writes = 0  # PUTs of a configuration that succeeded (tests)
@@ -378,6 +379,13 @@ class RegistrationSync(BackgroundThread):
         target: Callable[[Mapping[str, Any]], dict[str, dict[str, Any]]] | None = None
         if self.manage:
             ok, target = self._elect(ruleset)
+            # a follower that is Ready checks for drift every `interval` and when its rules change; one
+            # that waits for the writer to send what its rules need checks every pass
+            now = time.monotonic()
+            if target is None and self._covered and ruleset is self._checked[0] and now < self._checked[1]:
+                self._published = self._snapshot()
+                return ok
+            self._checked = (ruleset, now + self.interval)
         for kind, name in self._names.items():
             state = self._configurations[kind]
             try:
