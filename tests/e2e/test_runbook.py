@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import shlex
 import shutil
@@ -118,7 +119,12 @@ def runner(apiserver: EnvTest) -> Callable[[str], None]:
         def with_kubectl(line: str) -> None:
             done = subprocess.run(
                 ["bash", "-c", line],
-                env={"KUBECONFIG": str(apiserver.kubeconfig), "PATH": "/usr/bin:/bin"},
+                # HOME: kubectl keeps its discovery cache there, never in the checkout
+                env={
+                    "KUBECONFIG": str(apiserver.kubeconfig),
+                    "PATH": os.environ.get("PATH", ""),
+                    "HOME": str(apiserver.directory),
+                },
                 capture_output=True,
                 text=True,
                 timeout=60,
