@@ -178,10 +178,18 @@ def test_base_rbac_reads_the_context_and_writes_only_its_own_registration(render
         STATUS_RULE,
         *REGISTRATION_RULES,
     ]
-    # a Role in its own namespace: get pods, to drop a gone replica's entry from a policy's status
+    # a Role in its own namespace: get pods, to drop a gone replica's entry from a policy's status, list
+    # them to see replicas without a needs record; the registration's Leases (webhook/server/registration_leases.py)
     (role,) = by_kind(rendered["enforce"], "Role")
     assert role["metadata"]["namespace"] == "gpu-webhook"
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "list", "create", "update", "delete"],
+        },
+    ]
     names = {w["metadata"]["name"] for w in rendered["enforce"] if w["kind"].endswith("WebhookConfiguration")}
     assert names == {n for rule in REGISTRATION_RULES for n in rule["resourceNames"]}
 

@@ -184,7 +184,7 @@ def test_the_service_account_writes_exactly_the_derived_rules_and_conditions_onc
     assert set(drift_gauge(metrics).values()) == {0.0}
     assert sync.status()["drift"] is False
 
-    # in step: neither a periodic pass nor a fresh replica's exact pass writes again
+    # in step: neither a second pass nor a fresh replica's first pass writes again
     versions = {kind: after[kind]["metadata"]["resourceVersion"] for kind in KINDS}
     assert sync.sync_once(pack)
     fresh = RegistrationSync(account_client, Rules(pack), manage=True)
@@ -244,7 +244,7 @@ def test_a_conflicting_write_is_read_again_and_keeps_the_other_writers_change(
     raced: list[str] = []
 
     def racing_send(api_client: Any, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
-        if method == "PUT" and path not in raced:
+        if method == "PUT" and "webhookconfigurations" in path and path not in raced:
             raced.append(path)
             current = apiserver.request("GET", path).body
             current["metadata"].setdefault("annotations", {})["example.com/injected"] = "yes"
@@ -392,3 +392,56 @@ def _ready_detail(
             last = str(error)
         time.sleep(0.2)
     pytest.fail(f"/readyz never showed it: {last}\n{log_tail(log)}")
+
+
+def left_to_the_apiserver(document: dict[str, Any]) -> None:
+    """The rendered configuration as a hand-written one would be: no `scope: '*'` (the default), no
+    matchPolicy, no objectSelector; the apiserver fills them in on create."""
+    for webhook in document["webhooks"]:
+        webhook.pop("matchPolicy", None)
+        webhook.pop("objectSelector", None)
+        for rule in webhook.get("rules") or []:
+            if rule.get("scope") == "*":
+                del rule["scope"]
+
+
+def test_drift_is_judged_on_the_objects_the_apiserver_defaulted(
+    apiserver: EnvTest,
+    install: Callable[..., dict[str, dict[str, Any]]],
+    account_client: kubernetes.client.ApiClient,
+    pack: RuleSet,
+) -> None:
+    """tests/kube's FakeApi stores what is PUT verbatim; here the live objects carry the apiserver's
+    defaults (scope, matchPolicy, objectSelector), and neither the drift check nor the writer mistakes a
+    defaulted field for a difference: no drift, no write, and a write only where something is missing."""
+    before = install(left_to_the_apiserver)
+    defaulted = [
+        r for kind in KINDS for w in before[kind]["webhooks"] for r in w.get("rules") or [] if r.get("scope") == "*"
+    ]
+    assert defaulted, "the apiserver defaulted no rule's scope: nothing is tested"
+    assert all(
+        w["objectSelector"] == {} and w["matchPolicy"] == "Equivalent" for k in KINDS for w in before[k]["webhooks"]
+    )
+
+    report = RegistrationSync(account_client, Rules(pack), manage=False)
+    assert report.sync_once(pack) and report.status()["drift"] is False
+    writer = RegistrationSync(account_client, Rules(pack), manage=True)
+    assert writer.sync_once(pack) and writer.sync_once(pack)
+    assert writer.writes == 0
+    assert {k: v["metadata"]["resourceVersion"] for k, v in stored(apiserver).items()} == {
+        k: v["metadata"]["resourceVersion"] for k, v in before.items()
+    }
+
+    # drift in the defaulted form: found, written once, then in step with the stored (defaulted) object
+    def stale(document: dict[str, Any]) -> None:
+        left_to_the_apiserver(document)
+        without_jobs_and_with_a_condition(document)
+
+    install(stale)
+    assert report.sync_once(pack) and report.status()["drift"] is True
+    assert writer.sync_once(pack) and writer.writes == 2
+    assert writer.sync_once(pack) and writer.writes == 2  # the stored object, defaults and all, is in step
+    assert report.sync_once(pack) and report.status()["drift"] is False
+    for kind, configuration in stored(apiserver).items():
+        for entry in (e for e in ENTRIES if e.configuration == kind):
+            assert webhooks(configuration)[entry.name]["rules"] == entry_fields(pack, entry)["rules"]

@@ -29,8 +29,9 @@ from webhook.server.registration_sync import (
     entry_drift,
     in_step,
     plan,
+    targets,
     uncovered,
-    widened,
+    union,
 )
 
 VALIDATE = "validate.gpu-webhook.io"
@@ -74,6 +75,16 @@ def validating(ruleset: RuleSet) -> dict[str, Any]:
     return configuration
 
 
+def needs(ruleset: RuleSet) -> dict[str, Any]:
+    """What a replica with these rules publishes: every entry's derived fields."""
+    return {e.name: entry_fields(ruleset, e) for e in ENTRIES}
+
+
+def writer(live: dict[str, Any], ruleset: RuleSet, *others: RuleSet, keep_live: bool = False) -> dict[str, Any]:
+    """The writer's targets for `live`, its own rules `ruleset`, other live replicas on `others`."""
+    return targets(needs(ruleset), [needs(o) for o in others], live, keep_live=keep_live)
+
+
 def webhook(configuration: dict[str, Any], name: str = VALIDATE) -> dict[str, Any]:
     (found,) = [w for w in configuration["webhooks"] if w["name"] == name]
     return found
@@ -110,8 +121,8 @@ def test_a_configuration_rendered_from_the_rules_is_in_step(new: RuleSet) -> Non
     drift = entry_drift(VALIDATE, webhook(live), entry_fields(new, VALIDATE_ENTRY))
     assert not drift.drift and drift.found
     assert in_step(webhook(live), entry_fields(new, VALIDATE_ENTRY))
-    for exact in (True, False):
-        assert plan(live, new, exact=exact).desired is None  # nothing to write
+    assert plan(live, new).desired is None  # not the writer: never anything to write
+    assert plan(live, new, writer(live, new)).desired is None  # the writer: nothing either
 
 
 def test_a_missing_kind_and_an_unknown_condition_are_drift(new: RuleSet) -> None:
@@ -141,32 +152,37 @@ def test_a_missing_kind_and_an_unknown_condition_are_drift(new: RuleSet) -> None
 def test_an_entry_or_configuration_that_is_not_there_misses_everything(new: RuleSet) -> None:
     live = validating(new)
     live["webhooks"] = []
-    drift, policies = plan(live, new, exact=True).entries
+    drift, policies = plan(live, new, writer(live, new)).entries
     assert not drift.found and not policies.found
     assert drift.missing == (
         "v1 pods CREATE,UPDATE",
         "v1 pods/ephemeralcontainers UPDATE",
         "batch/v1 jobs CREATE,UPDATE",
     )
-    assert plan(live, new, exact=True).desired is None  # entries are never added
+    assert plan(live, new, writer(live, new)).desired is None  # entries are never added
 
 
-def test_a_wider_registration_is_not_drift_but_an_exact_pass_narrows_it(new: RuleSet) -> None:
+def test_a_wider_registration_is_not_drift_and_the_writer_narrows_it_only_when_no_replica_may_need_it(
+    new: RuleSet,
+) -> None:
     live = validating(new)
     entry = webhook(live)
     entry["rules"] = [{"apiGroups": ["*"], "apiVersions": ["*"], "operations": ["*"], "resources": ["*/*"]}]
     del entry["matchConditions"]
 
     assert not entry_drift(VALIDATE, entry, entry_fields(new, VALIDATE_ENTRY)).drift
-    assert plan(live, new, exact=False).desired is None  # the periodic check never narrows
-    exact = plan(live, new, exact=True)
-    assert exact.changed == (VALIDATE,)
-    assert exact.desired == derive([live], new)[0]
+    assert plan(live, new).desired is None  # a replica that is not the writer never writes
+    # a replica of unknown needs is alive: whatever the live entry sends stays
+    assert plan(live, new, writer(live, new, keep_live=True)).desired is None
+    # every live replica said what it needs: the writer narrows to exactly that
+    narrowed = plan(live, new, writer(live, new))
+    assert narrowed.changed == (VALIDATE,)
+    assert narrowed.desired == derive([live], new)[0]
 
 
-def test_an_exact_write_changes_only_rules_and_match_conditions(new: RuleSet, old: RuleSet) -> None:
+def test_a_write_changes_only_rules_and_match_conditions(new: RuleSet, old: RuleSet) -> None:
     live = validating(old)
-    desired = plan(live, new, exact=True).desired
+    desired = plan(live, new, writer(live, new)).desired
     assert desired is not None
     for before, after in zip(live["webhooks"], desired["webhooks"], strict=True):
         fixed = {k: v for k, v in before.items() if k not in ("rules", "matchConditions")}
@@ -175,37 +191,38 @@ def test_an_exact_write_changes_only_rules_and_match_conditions(new: RuleSet, ol
     assert in_step(webhook(desired), entry_fields(new, VALIDATE_ENTRY))
 
 
-def test_a_repair_widens_and_is_stable(new: RuleSet, old: RuleSet) -> None:
-    live = validating(old)  # the registration of the old rules: no jobs, an UPDATE condition without labels
-    fields = entry_fields(new, VALIDATE_ENTRY)
-    assert entry_drift(VALIDATE, webhook(live), fields).drift
+def test_the_union_sends_what_either_pack_needs_and_keeps_only_shared_conditions(new: RuleSet, old: RuleSet) -> None:
+    old_fields, new_fields = entry_fields(old, VALIDATE_ENTRY), entry_fields(new, VALIDATE_ENTRY)
+    assert uncovered(old_fields["rules"], new_fields["rules"])  # the new pack needs jobs, the old one does not
 
-    repaired = widened(webhook(live), fields)
+    both = union([old_fields, new_fields])
 
-    assert webhook(live)["rules"] == repaired["rules"][: len(webhook(live)["rules"])]  # nothing taken away
-    assert not uncovered(repaired["rules"], fields["rules"])
-    assert "matchConditions" not in repaired  # the old UPDATE condition does not watch labels: dropped
-    assert not entry_drift(VALIDATE, repaired, fields).drift
-    assert widened(repaired, fields) == repaired
+    assert both["rules"][: len(old_fields["rules"])] == old_fields["rules"]  # the first one's rules, in order
+    assert not uncovered(both["rules"], new_fields["rules"]) and not uncovered(both["rules"], old_fields["rules"])
+    # the UPDATE conditions differ (the new pack watches labels): one that the old one derives could skip a
+    # label-only UPDATE the new one acts on, so neither is kept
+    assert "matchConditions" not in both
+    assert not entry_drift(VALIDATE, both, new_fields).drift and not entry_drift(VALIDATE, both, old_fields).drift
+    assert union([new_fields, new_fields]) == new_fields  # alike: exactly the derived fields
+    assert union([both, new_fields]) == both  # stable
+    # an entry without rules is never called: it does not take the others' conditions away
+    assert union([new_fields, {"rules": []}]) == new_fields
 
 
-def test_replicas_on_old_and_new_rules_do_not_undo_each_other(new: RuleSet, old: RuleSet) -> None:
-    """Mid-rollout of a ConfigMap change: each replica's periodic pass may only widen, so after at
-    most one repair the registration suits both and nobody writes again."""
-    live = plan(validating(old), new, exact=True).desired  # the new replica reloaded first
-    assert live is not None
-    writes = 0
-    for _round in range(3):
-        for ruleset in (old, new):
-            step = plan(live, ruleset, exact=False)
-            if step.desired is not None:
-                live, writes = step.desired, writes + 1
-    assert writes == 1  # the old replica drops the new UPDATE condition it does not know; then all agree
+def test_writers_on_either_pack_write_the_same_union_and_nobody_writes_again(new: RuleSet, old: RuleSet) -> None:
+    """Mid-rollout: whichever replica holds the Lease, given both records it writes one registration
+    that sends what both need, and a later pass by the other as writer finds nothing to write."""
+    live = validating(old)
+    # the records are read in digest order, the same for every writer
+    ordered = sorted([old, new], key=lambda r: repr(needs(r)))
+    first = plan(live, ordered[0], writer(live, ordered[0], ordered[1])).desired
+    assert first is not None
+    assert plan(first, ordered[1], writer(first, ordered[1], ordered[0])).desired is None
     for ruleset in (old, new):
-        assert not plan(live, ruleset, exact=False).drift
-    # the old replica's own reload brings the new rules: its exact write is the derived registration
-    final = plan(live, new, exact=True).desired or live
-    assert in_step(webhook(final), entry_fields(new, VALIDATE_ENTRY))
+        assert not plan(first, ruleset).drift
+    # the old replica is gone (its record withdrawn or expired): the writer narrows to the new pack's fields
+    final = plan(first, new, writer(first, new)).desired
+    assert final is not None and in_step(webhook(final), entry_fields(new, VALIDATE_ENTRY))
 
 
 def test_atoms_expand_and_deduplicate() -> None:
@@ -224,6 +241,6 @@ def test_atoms_expand_and_deduplicate() -> None:
 def test_the_mutating_configuration_is_compared_by_its_own_entries(tmp_path: Path) -> None:
     mutating = load_rule_text(tmp_path, rule("label", "[Pod]", body="mutate: [{setLabels: {values: {a: b}}}]"))
     (live,) = [c for c in configurations(mutating) if c["kind"] == MUTATING]
-    step = plan(live, mutating, exact=True)
+    step = plan(live, mutating, writer(live, mutating))
     assert [e.webhook for e in step.entries] == ["mutate.gpu-webhook.io", "mutate-tenants.gpu-webhook.io"]
     assert step.desired is None

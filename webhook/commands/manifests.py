@@ -81,12 +81,24 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--policy-per-rule", action="store_true", help="with --native: as `gpu-webhook export --policy-per-rule`"
     )
+    parser.add_argument(
+        "--runbook",
+        action="store_true",
+        help="print the outage runbook instead: the kubectl patches that set every webhook entry to Ignore, "
+        "and back to Fail (docs/operations.md §6)",
+    )
     parser.add_argument("--manifests", default=default_manifests_dir(), help=argparse.SUPPRESS)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     import yaml
+
+    if args.runbook:
+        from webhook.install.runbook import runbook
+
+        sys.stdout.write(runbook())
+        return 0
 
     documents = render(
         manifests=Path(args.manifests),

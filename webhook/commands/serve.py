@@ -89,7 +89,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         default="auto",
         choices=["auto", "true", "false"],
         help="keep the rules and matchConditions of the webhook configurations gpu-webhook-mutating and "
-        "gpu-webhook-validating as the loaded rules derive them (nothing else of them); false: leave them to "
+        "gpu-webhook-validating sending what every live replica's rules need (nothing else of them): each "
+        "replica publishes its needs in a Lease, and the one holding the Lease gpu-webhook-registration in "
+        "POD_NAMESPACE writes their union; false: leave them to "
         "GitOps and only report drift (/readyz, gpu_webhook_registration_drift); auto (default): true in a "
         "cluster's pod, false with --kubeconfig/--context. Uses the cluster connection of --namespaces",
     )
@@ -97,7 +99,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--registration-interval",
         type=float,
         default=30.0,
-        help="seconds between checks of the live webhook configurations (default 30)",
+        help="seconds between a follower's or a report-only server's checks of the live webhook configurations "
+        "(default 30; the writer checks every 2 s)",
     )
     parser.add_argument(
         "--workers",
@@ -227,8 +230,29 @@ def _registration(args: argparse.Namespace, api_client: ApiClient, server: Serve
         "kept in step with the rules" if manage else "checked for drift only (--manage-registration)",
         extra={"manageRegistration": manage},
     )
+    namespace, identity = registration_identity()
     return RegistrationSync(
-        api_client, server.state.rules, manage=manage, interval=args.registration_interval, metrics=server.metrics
+        api_client,
+        server.state.rules,
+        manage=manage,
+        interval=args.registration_interval,
+        metrics=server.metrics,
+        namespace=namespace,
+        identity=identity,
+    )
+
+
+def registration_identity() -> tuple[str, str]:
+    """Where this replica's registration Leases live and who it is there: POD_NAMESPACE and POD_NAME (the
+    Deployment's downward API; the writer matches records to the Deployment's Pods by name), else the
+    manifests' namespace and the host name with the process id (two servers on one host are two replicas)."""
+    import socket
+
+    from webhook.install.registration import NAMESPACE
+
+    return (
+        os.environ.get("POD_NAMESPACE") or NAMESPACE,
+        os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}",
     )
 
 

@@ -286,9 +286,12 @@ def readiness(state: ServerState) -> tuple[bool, dict[str, Any]]:
         detail["namespaces"] = {"synced": state.namespaces.synced, "caches": caches}
         ready = ready and state.namespaces.synced
     if state.registration is not None:
-        # detail only: a drifting registration still sends most requests, and an unready webhook
-        # (every replica, at once) would refuse or skip them all
-        detail["registration"] = state.registration.status()
+        # a drifting registration is detail only: it still sends most requests, and an unready webhook
+        # (every replica, at once) would refuse or skip them all; but a replica that just started waits
+        # (bounded) until the registration sends what its rules need (registration_sync.RegistrationSync.ready)
+        registration = state.registration.status()
+        detail["registration"] = registration
+        ready = ready and registration.get("ready", True) is not False
     if state.certs is not None:
         detail["certificate"] = {
             "notAfter": state.certs.not_after,

@@ -133,8 +133,20 @@ class Metrics:
         self.registration_writes = Counter(
             "gpu_webhook_registration_writes",
             "Writes of a webhook configuration's rules and matchConditions by this process, by configuration "
-            "and reason (reload: exactly what the loaded rules derive; repair: drift widened).",
+            "and reason (union: what the live replicas' rules need, written by the elected writer).",
             ["configuration", "reason"],
+            registry=r,
+        )
+        self.registration_leader = Gauge(
+            "gpu_webhook_registration_leader",
+            "1 while this process holds the gpu-webhook-registration Lease: the one writer of the webhook "
+            "configurations (webhook/server/registration_leases.py).",
+            registry=r,
+        )
+        self.registration_unknown_replicas = Gauge(
+            "gpu_webhook_registration_unknown_replicas",
+            "Replicas the writer sees alive that publish no needs record (an older release): while any is, "
+            "the registration keeps everything it sends.",
             registry=r,
         )
         self.registration_failures = Counter(

@@ -1,29 +1,32 @@
-"""The server keeps its two webhook configurations sending what its loaded rules need.
+"""The server keeps its two webhook configurations sending what every live replica's rules need.
 
 webhook/install/registration.py derives each known entry's `rules` and `matchConditions` from a rule set;
-this module compares them with the live `gpu-webhook-mutating` / `gpu-webhook-validating` and, when
-it manages them, writes those two fields and nothing else (not failurePolicy, namespaceSelector,
+this module compares them with the live `gpu-webhook-mutating` / `gpu-webhook-validating` and, as the
+one writer, writes those two fields and nothing else (not failurePolicy, namespaceSelector,
 clientConfig and its caBundle, timeoutSeconds, nor entries it does not know). A configuration that
 does not exist is reported, never created: what to install, and where, is the installer's choice.
 
-Several replicas run, and during a ConfigMap change kubelet updates their mounts seconds to a minute
-apart, so for a while replicas hold different rule sets. Two kinds of pass keep them from fighting:
+Several replicas run, and they hold different rule sets for a while: during a rolling upgrade (old
+pack and new side by side, in either direction) and while kubelet updates a ConfigMap's mounts
+seconds to a minute apart. If each wrote what its own rules derive, the last writer would win and a
+narrower pack would take away what a live replica enforces (a resource no longer sent skips the
+webhook whatever its failurePolicy). So (webhook/server/registration_leases.py):
 
-- After start-up and after each successful reload of its own rules, a replica writes its exact
-  derived fields (the one moment it may narrow the registration: its rules just changed).
-- Every `interval` seconds it checks the live configurations and repairs only *drift*: a
-  (group, version, resource, operation) its rules need that no live rule sends, or a live
-  matchCondition its derived set does not have (one that could skip a request its rules act on).
-  The repair widens: it appends the missing rules and drops those conditions, never removing a
-  rule. A replica still on the old rules therefore never undoes a newer replica's additions, and a
-  newer one sees nothing missing in a registration widened for an older one; once every replica has
-  reloaded, the last exact write leaves the registration exactly as the rules derive it.
+- every managing replica publishes what its rules derive, per entry, in its own Lease, renewed;
+- one replica, elected with a Lease as client-go's leader election does, writes; the others never do;
+- the writer gives each entry the union over live replicas (`union`: every rule any of them needs,
+  only the matchConditions all of them derive), and, while a replica of unknown needs is alive (one
+  that publishes nothing), also keeps whatever the live entry sends. It narrows only when no live
+  replica needs what it removes: a replica that stops withdraws its record, a crashed one's expires.
 
-With management off (`serve --manage-registration=false`: GitOps owns the configurations) the same
-checks run and only report: the /readyz detail, the gauge `gpu_webhook_registration_drift` per
-configuration and webhook, and a warning naming what is missing. Drift never makes a replica
-unready: a webhook that is not ready refuses or skips every request, which is worse than one that
-misses some.
+A new replica is not Ready (see `ready`) until the live configurations send what its rules need, so
+the Service never sends it requests for objects the apiserver would not send to any webhook.
+
+With management off (`serve --manage-registration=false`: GitOps owns the configurations) no Lease
+is touched and the same checks only report: the /readyz detail, the gauge
+`gpu_webhook_registration_drift` per configuration and webhook, and a warning naming what is
+missing. Drift never makes a serving replica unready: a webhook that is not ready refuses or skips
+every request, which is worse than one that misses some.
 
 The webhook configurations cannot be listed or watched by name (RBAC's resourceNames does not limit
 list or watch), so they are polled with GET by name; writes are GET + PUT with the resourceVersion
@@ -37,7 +40,7 @@ import copy
 import logging
 import random
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -45,10 +48,11 @@ import orjson
 from kubernetes.client import ApiClient
 
 from webhook.engine import RuleSet
-from webhook.install.registration import CONFIGURATION_NAMES, ENTRIES, derive, entry_fields
+from webhook.install.registration import CONFIGURATION_NAMES, ENTRIES, NAMESPACE, entry_fields
 from webhook.kube import rest
 from webhook.kube.background import BackgroundThread
 from webhook.server.metrics import Metrics
+from webhook.server.registration_leases import LEASE_DURATION, LeaseError, Leases, Need
 
 log = logging.getLogger("gpu_webhook.registration")
 
@@ -182,21 +186,45 @@ def _normal_rules(rules: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [{**rule, "scope": rule.get("scope") or "*"} for rule in rules]  # the apiserver's default scope
 
 
-def widened(live: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of the live entry that also sends what `fields` need: the derived rules it lacks appended,
-    the matchConditions the derived set does not have dropped. Nothing it sends is taken away."""
-    out = copy.deepcopy(dict(live))
-    rules = list(out.get("rules") or [])
-    for rule in fields["rules"]:
-        if uncovered(rules, [rule]):
-            rules.append(copy.deepcopy(dict(rule)))
-    out["rules"] = rules
-    wanted = [_condition(c) for c in fields.get("matchConditions") or ()]
-    conditions = [c for c in out.get("matchConditions") or () if _condition(c) in wanted]
-    if conditions:
-        out["matchConditions"] = conditions
-    else:
-        out.pop("matchConditions", None)
+def union(needs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The fields of one entry that send whatever any of `needs` (each an entry's `rules` and
+    `matchConditions`) sends: the first one's rules, then every rule of the others that is not yet
+    covered; the matchConditions that every one of them has (same name and expression), since a
+    condition may only skip a request when no replica acts on it. Nothing any of them sends is left out."""
+    rules: list[dict[str, Any]] = []
+    for need in needs:
+        for rule in need.get("rules") or ():
+            if uncovered(rules, [rule]):
+                rules.append(copy.deepcopy(dict(rule)))
+    out: dict[str, Any] = {"rules": rules}
+    sending = [need for need in needs if need.get("rules")]  # an entry without rules is never called
+    if sending:
+        shared = [_condition(c) for c in sending[0].get("matchConditions") or ()]
+        for need in sending[1:]:
+            theirs = [_condition(c) for c in need.get("matchConditions") or ()]
+            shared = [c for c in shared if c in theirs]
+        first = sending[0].get("matchConditions") or ()
+        conditions = [copy.deepcopy(dict(c)) for c in first if _condition(c) in shared]
+        if conditions:
+            out["matchConditions"] = conditions
+    return out
+
+
+def targets(
+    own: Mapping[str, Any], others: Iterable[Mapping[str, Any]], live: Mapping[str, Any], *, keep_live: bool
+) -> dict[str, dict[str, Any]]:
+    """What the writer gives each known entry of the live configuration: the union of its own fields
+    (`own`: entry name -> fields) and every other live replica's, and, with `keep_live` (a replica of
+    unknown needs is alive), of what the live entry sends now."""
+    present = {w.get("name"): w for w in live.get("webhooks") or [] if isinstance(w, dict)}
+    others = list(others)
+    out = {}
+    for name, fields in own.items():
+        if name not in present:
+            continue
+        needs = [fields, *(o[name] for o in others if isinstance(o.get(name), Mapping))]
+        # the live entry first: when it already sends all they need, it is its own union (no write)
+        out[name] = union([present[name], *needs] if keep_live else needs)
     return out
 
 
@@ -213,27 +241,27 @@ class Plan:
         return any(e.drift for e in self.entries)
 
 
-def plan(live: Mapping[str, Any], ruleset: RuleSet, *, exact: bool) -> Plan:
-    """What the live configuration (as GET returns it) lacks, and what to write.
+def plan(live: Mapping[str, Any], ruleset: RuleSet, target: Mapping[str, Mapping[str, Any]] | None = None) -> Plan:
+    """What the live configuration (as GET returns it) lacks for `ruleset`, and what to write.
 
-    `exact`: each known entry present gets exactly its derived fields (no write when it has them).
-    Otherwise only a drifting entry is written, widened (see `widened`). Entries absent from the
-    configuration are reported and never added.
+    `target` (the writer's: entry name -> fields, see `targets`): each entry named there that is not
+    exactly in step with it is given those fields; None (not the writer): nothing to write. Entries
+    absent from the configuration are reported and never added.
     """
     kind = live.get("kind")
     present = {w.get("name"): w for w in live.get("webhooks") or [] if isinstance(w, dict)}
     fields = {e.name: entry_fields(ruleset, e) for e in ENTRIES if e.configuration == kind}
     entries = tuple(entry_drift(name, present.get(name), wanted) for name, wanted in fields.items())
-    if exact:
-        changed = tuple(n for n, wanted in fields.items() if n in present and not in_step(present[n], wanted))
-        desired = derive([live], ruleset)[0] if changed else None
-    else:
-        changed = tuple(e.webhook for e in entries if e.found and e.drift)
-        desired = copy.deepcopy(dict(live)) if changed else None
-        if desired is not None:
-            desired["webhooks"] = [
-                widened(w, fields[w["name"]]) if w.get("name") in changed else w for w in desired["webhooks"]
-            ]
+    if target is None:
+        return Plan(entries)
+    changed = tuple(n for n in fields if n in present and n in target and not in_step(present[n], target[n]))
+    if not changed:
+        return Plan(entries)
+    desired = copy.deepcopy(dict(live))
+    for webhook in desired["webhooks"]:
+        if webhook.get("name") in changed:
+            webhook.pop("matchConditions", None)
+            webhook.update(copy.deepcopy(dict(target[webhook["name"]])))
     return Plan(entries, desired, changed)
 
 
@@ -268,10 +296,13 @@ class _Configuration:
 
 
 class RegistrationSync(BackgroundThread):
-    """Checks (and, with `manage`, writes) the live webhook configurations from a daemon thread.
+    """Checks (and, as the elected writer, writes) the live webhook configurations from a daemon thread.
 
-    `sync_once(ruleset)` is one pass over both configurations; the thread runs one after each new
-    rules generation (exact) and every `interval` seconds (repair or report only).
+    `sync_once(ruleset)` is one pass: with `manage`, publish this replica's needs, acquire or renew
+    the writer's Lease, and, as the writer, give each configuration the union over live replicas;
+    every replica also compares the live configurations with its own rules (drift). The thread runs
+    a pass after each new rules generation, every `retry` seconds while it manages, and every
+    `interval` seconds otherwise.
     """
 
     thread_name = "registration-sync"
@@ -287,6 +318,11 @@ class RegistrationSync(BackgroundThread):
         names: Mapping[str, str] = CONFIGURATION_NAMES,
         request_timeout: tuple[float, float] = (5.0, 10.0),
         poll: float = 1.0,
+        namespace: str = NAMESPACE,
+        identity: str = "",
+        lease_duration: float = LEASE_DURATION,
+        retry: float = 2.0,
+        startup_grace: float = 30.0,
     ) -> None:
         super().__init__()
         self._api = api_client
@@ -296,42 +332,64 @@ class RegistrationSync(BackgroundThread):
         self._metrics = metrics
         self._names = dict(names)  # kind -> name
         self._timeout = request_timeout
-        # the rule store is polled, not called back: a reload is a reference swap on another thread,
-        # and a second's delay before the write is nothing next to kubelet's mount updates
+        # the rule store is polled, not called back: a reload is a reference swap on another thread
         self._poll = poll
+        self._retry = retry  # client-go's RetryPeriod: how often a managing replica runs a pass
         self._configurations = {kind: _Configuration() for kind in self._names}
-        # configurations still to get this replica's exact fields (a new rules generation, or
-        # one that did not exist, or could not be written, when that generation came)
-        self._exact_pending: set[str] = set(self._names)
+        self.leases = Leases(self._lease_request, namespace, identity or "gpu-webhook", duration=lease_duration)
+        self._writer: dict[str, Any] = {}  # what the last pass learnt of the writer and the replicas
         self._generation: int | None = None
         self._due = 0.0
+        self._started = time.monotonic()
+        self._grace = startup_grace
+        self._covered = not manage  # the live registration has once sent what this replica's rules need
+        self._checked: tuple[RuleSet | None, float] = (None, 0.0)  # a follower's last drift check: rules, next due
         # (detail, name -> monotonic time of its last read): swapped whole, read by the event loop
         self._published: tuple[dict[str, Any], dict[str, float | None]] = self._snapshot()
-        self.writes = 0  # PUTs that succeeded (tests)
+        self.writes = 0  # PUTs of a configuration that succeeded (tests)
 
     # -- what the event loop reads ------------------------------------------------------------
     def status(self) -> dict[str, Any]:
-        """For /readyz: managed or report-only, and per configuration and webhook whether it drifts."""
+        """For /readyz: managed or report-only, the writer, and per configuration and webhook whether it drifts."""
         detail, checked = self._published
         now = time.monotonic()
         configurations = {}
         for name, found in detail["configurations"].items():
             at = checked[name]
             configurations[name] = {**found, "lastCheckAgeSeconds": None if at is None else round(now - at, 1)}
-        return {**detail, "configurations": configurations}
+        return {**detail, "configurations": configurations, "ready": self.ready}
 
     @property
     def drift(self) -> bool:
         return bool(self._published[0]["drift"])
 
+    @property
+    def ready(self) -> bool:
+        """Whether this replica may take requests as far as the registration goes: once the live
+        configurations have sent what its rules need (a new replica is not Ready while the writer has
+        yet to add its kinds: an object it would deny would skip the webhook), or `startup_grace`
+        seconds after start, so that a writer that is down or a configuration that is missing does not
+        keep a roll-out from ever finishing. Drift later on never makes it unready."""
+        return self._covered or time.monotonic() - self._started >= self._grace
+
     # -- one pass ------------------------------------------------------------------------------
     def sync_once(self, ruleset: RuleSet) -> bool:
-        """Check both configurations (writing when managed); False when a read or write failed."""
+        """One pass over the Leases and both configurations; False when a read or write failed."""
         ok = True
+        target: Callable[[Mapping[str, Any]], dict[str, dict[str, Any]]] | None = None
+        if self.manage:
+            ok, target = self._elect(ruleset)
+            # a follower that is Ready checks for drift every `interval` and when its rules change; one
+            # that waits for the writer to send what its rules need checks every pass
+            now = time.monotonic()
+            if target is None and self._covered and ruleset is self._checked[0] and now < self._checked[1]:
+                self._published = self._snapshot()
+                return ok
+            self._checked = (ruleset, now + self.interval)
         for kind, name in self._names.items():
             state = self._configurations[kind]
             try:
-                self._sync_configuration(kind, name, ruleset, state)
+                self._sync_configuration(kind, name, ruleset, state, target)
                 state.error = ""
             except SyncError as error:
                 ok = False
@@ -343,10 +401,72 @@ class RegistrationSync(BackgroundThread):
                 if self._metrics is not None:
                     self._metrics.registration_failures.labels(name).inc()
             self._report(kind, name, state)
+        if all(c.found and c.plan is not None and not c.plan.drift for c in self._configurations.values()):
+            self._covered = True
         self._published = self._snapshot()
         return ok
 
-    def _sync_configuration(self, kind: str, name: str, ruleset: RuleSet, state: _Configuration) -> None:
+    def _elect(self, ruleset: RuleSet) -> tuple[bool, Callable[[Mapping[str, Any]], dict[str, dict[str, Any]]] | None]:
+        """Publish this replica's needs and run the election; as the writer, the function that gives a
+        live configuration its targets (None: not the writer, nothing to write)."""
+        own = {e.name: entry_fields(ruleset, e) for e in ENTRIES}
+        errors: list[str] = []
+        was = self.leases.leader
+        for step in (lambda: self.leases.publish(own), self.leases.elect):
+            try:
+                step()
+            except LeaseError as error:
+                errors.append(str(error))
+        others: list[Need] = []
+        unknown: list[str] = []
+        keep_live = False
+        if self.leases.leader:
+            try:
+                others = [n for n in self.leases.needs() if n.identity != self.leases.identity]
+            except LeaseError as error:
+                errors.append(str(error))
+                keep_live = True  # the other replicas' needs cannot be read: nothing they send is dropped
+            try:
+                unknown = self.leases.unknown_replicas({self.leases.identity, *(n.identity for n in others)})
+            except LeaseError as error:
+                errors.append(str(error))
+                unknown = ["(the Deployment's Pods cannot be listed)"]
+            keep_live = keep_live or bool(unknown)
+        if was != self.leases.leader:
+            log.info(
+                "this replica %s the writer of the webhook registration",
+                "is now" if self.leases.leader else "is no longer",
+                extra={"identity": self.leases.identity, "holder": self.leases.holder},
+            )
+        self._writer = {
+            "identity": self.leases.identity,
+            "leader": self.leases.leader,
+            "holder": self.leases.holder,
+            "leaseTransitions": self.leases.transitions,
+            "liveReplicas": sorted({self.leases.identity, *(n.identity for n in others)})
+            if self.leases.leader
+            else None,
+            "unknownReplicas": unknown if self.leases.leader else None,
+            "errors": errors,
+        }
+        if self._metrics is not None:
+            self._metrics.registration_leader.set(float(self.leases.leader))
+            self._metrics.registration_unknown_replicas.set(float(len(unknown)))
+        if errors:
+            log.warning("registration lease pass failed", extra={"errors": errors})
+        if not self.leases.leader:
+            return not errors, None
+        needs = [n.fields for n in others]
+        return not errors, lambda live: targets(own, needs, live, keep_live=keep_live)
+
+    def _sync_configuration(
+        self,
+        kind: str,
+        name: str,
+        ruleset: RuleSet,
+        state: _Configuration,
+        target: Callable[[Mapping[str, Any]], dict[str, dict[str, Any]]] | None,
+    ) -> None:
         path = f"{API}/{kind.lower()}s/{name}"
         for _attempt in range(CONFLICT_RETRIES):
             status, live = self._request("GET", path)
@@ -358,40 +478,35 @@ class RegistrationSync(BackgroundThread):
                         extra={"configuration": name, "kind": kind},
                     )
                 state.found, state.plan, state.checked = False, absent(kind, ruleset), time.monotonic()
-                return  # stays pending: when it appears, it gets this replica's exact fields
+                return
             if status != 200 or not isinstance(live, dict):
                 raise SyncError(f"GET {path}: {_answer(status, live)}")
             state.found, state.checked = True, time.monotonic()
-            exact = kind in self._exact_pending
             # without managedFields the apiserver keeps its own record (and adds this write to it)
             metadata = {k: v for k, v in (live.get("metadata") or {}).items() if k != "managedFields"}
             live = {**live, "metadata": metadata}
-            state.plan = plan(live, ruleset, exact=exact)
-            if not self.manage or state.plan.desired is None:
-                if self.manage:
-                    self._exact_pending.discard(kind)  # in step
+            state.plan = plan(live, ruleset, None if target is None else target(live))
+            if state.plan.desired is None:
                 return
             status, stored = self._request("PUT", path, state.plan.desired, [("fieldManager", FIELD_MANAGER)])
             if status == 409:
-                continue  # changed since our GET (another replica, cert-manager's CA injection): read again
+                continue  # changed since our GET (an older replica, cert-manager's CA injection): read again
             if status != 200 or not isinstance(stored, dict):
                 raise SyncError(f"PUT {path}: {_answer(status, stored)}")
             self.writes += 1
-            reason = "reload" if exact else "repair"
             if self._metrics is not None:
-                self._metrics.registration_writes.labels(name, reason).inc()
+                self._metrics.registration_writes.labels(name, "union").inc()
             log.info(
-                "webhook configuration updated from the loaded rules",
+                "webhook configuration updated to the union of the live replicas' needs",
                 extra={
                     "configuration": name,
                     "webhooks": list(state.plan.changed),
-                    "reason": reason,
                     "generation": self._rules.generation,
-                    "repaired": {e.webhook: e.detail() for e in state.plan.entries if e.drift},
+                    "replicas": self._writer.get("liveReplicas"),
+                    "unknownReplicas": self._writer.get("unknownReplicas"),
                 },
             )
-            self._exact_pending.discard(kind)
-            state.plan = plan(stored, ruleset, exact=False)
+            state.plan = plan(stored, ruleset)
             return
         raise SyncError(f"PUT {path}: still conflicting after {CONFLICT_RETRIES} attempts")
 
@@ -407,6 +522,12 @@ class RegistrationSync(BackgroundThread):
             return response.status, orjson.loads(data) if data else None
         except orjson.JSONDecodeError:
             return response.status, None
+
+    def _lease_request(self, method: str, path: str, body: Any, query: list[tuple[str, Any]] | None) -> tuple[int, Any]:
+        try:
+            return self._request(method, path, body, query)
+        except SyncError as error:
+            raise LeaseError(str(error)) from None
 
     def _report(self, kind: str, name: str, state: _Configuration) -> None:
         """Metrics and a log line per entry whose drift changed (each new drift is a warning)."""
@@ -454,6 +575,7 @@ class RegistrationSync(BackgroundThread):
             "intervalSeconds": self.interval,
             "generation": self._generation,
             "drift": drift,
+            "writer": dict(self._writer) if self.manage else None,
             "configurations": configurations,
         }
         return detail, checked
@@ -461,6 +583,7 @@ class RegistrationSync(BackgroundThread):
     # -- life cycle ----------------------------------------------------------------------------
     def _run(self) -> None:
         delay, pause = _BACKOFF_INITIAL, 0.0
+        every = min(self._retry, self.interval) if self.manage else self.interval
         while not self._stopping.wait(pause):
             pause = self._poll
             ruleset, generation = self._rules.ruleset, self._rules.generation
@@ -468,8 +591,7 @@ class RegistrationSync(BackgroundThread):
                 continue
             now = time.monotonic()
             if generation != self._generation:
-                self._generation = generation
-                self._exact_pending = set(self._names)  # this replica's rules changed: write them exactly
+                self._generation = generation  # this replica's needs changed: publish them now
             elif now < self._due:
                 continue
             try:
@@ -479,11 +601,21 @@ class RegistrationSync(BackgroundThread):
                 ok = False
             if ok:
                 delay = _BACKOFF_INITIAL
-                self._due = now + self.interval
+                self._due = now + every
             else:
                 # B311: backoff jitter, not a secret
-                self._due = now + min(delay, self.interval) * random.uniform(0.8, 1.2)  # nosec B311
-                delay = min(delay * 2, self.interval)
+                self._due = now + min(delay, every) * random.uniform(0.8, 1.2)  # nosec B311
+                delay = min(delay * 2, every)
+        if self.manage:
+            self._leave()
+
+    def _leave(self) -> None:
+        """Stopping: hand the writer's Lease over and withdraw this replica's needs."""
+        for step in (self.leases.release, self.leases.withdraw):
+            try:
+                step()
+            except LeaseError as error:
+                log.warning("registration lease not released", extra={"error": str(error)})
 
 
 _BACKOFF_INITIAL = 1.0
