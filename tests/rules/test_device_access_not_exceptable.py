@@ -17,7 +17,12 @@ from tests.support import RULES, cpu_pod
 from webhook.engine import AdmissionInput, Result, evaluate, load_rules
 
 DEVICE_ACCESS = ("no-visible-devices-without-gpu", "visible-devices-void", "no-device-env-in-tenants")
-NOT_EXCEPTABLE = (*DEVICE_ACCESS, "no-privileged-in-tenants", "no-host-namespaces-on-gpu-pods", "no-gpu-device-hostpath")
+NOT_EXCEPTABLE = (
+    *DEVICE_ACCESS,
+    "no-privileged-in-tenants",
+    "no-host-namespaces-on-gpu-pods",
+    "no-gpu-device-hostpath",
+)
 
 
 def exception(rule: str, namespace: str = "team-a") -> str:
