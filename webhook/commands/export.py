@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from webhook.commands.common import (
     CLAIMS_MODES,
@@ -26,6 +26,9 @@ from webhook.commands.common import (
     load_ruleset,
     rule_paths,
 )
+
+if TYPE_CHECKING:
+    from webhook.export import Refusal
 
 TARGETS = ("vap", "map", "all")  # webhook.export.TARGETS, without importing the exporter to build the parser
 
@@ -62,7 +65,7 @@ def register(commands: Any) -> None:
     parser.set_defaults(run=run)
 
 
-def lifted_warning(lifted: list[Any]) -> str:
+def lifted_warning(lifted: list[Refusal]) -> str:
     """The one warning for rules that would export but exceptions may lift (webhook.export.EXCEPTABLE):
     `export` and `manifests --native` both print it, the table has their `exceptable` column."""
     names = ", ".join(refusal.rule for refusal in lifted)
