@@ -749,6 +749,7 @@ def test_the_audit_overlay_records_what_the_enforce_overlay_denies(webhook_certs
 
     def policies(overlay: str) -> list[dict[str, Any]]:
         args = ["manifests", "--ca", str(webhook_certs), "--rules", str(RULES), "--image", E2E_IMAGE, "--native"]
+        args += ["--rules", str(native_site(webhook_certs))]  # no-node-name-in-tenants exported
         return [
             d
             for d in yaml.safe_load_all(gpu_webhook(*args, "--overlay", overlay).stdout)
