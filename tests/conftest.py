@@ -141,6 +141,7 @@ SLOW: dict[str, str] = {
     "tests/server/test_admission_https.py": "a live server per test",
     "tests/server/test_record_reviews.py": "a live server per test; one runs `serve --help` as a subprocess",
     "tests/server/test_audit_mode.py": "a live server per test",
+    "tests/server/test_device_access_exceptions.py": "a live server with the whole pack per test",
     "tests/server/test_reload_and_shutdown.py": "a live server per test, waiting for reloads",
     "tests/server/test_namespace_context.py": "a live server and a stand-in API server per test",
     "tests/server/test_policy_objects.py::test_policy_objects_need_a_cluster": "subprocess",
@@ -156,6 +157,7 @@ SLOW: dict[str, str] = {
     "tests/export/test_schema.py": "exports the pack once per Kubernetes release",
     "tests/export/test_equivalence.py": "exports the pack and runs it beside the engine",
     "tests/export/test_mixed.py": "exports the pack",
+    "tests/export/test_exceptions.py::test_no_exported_rule_of_the_pack_is_exceptable": "exports the pack, twice",
     "tests/export/test_translation.py::test_exported_policies_stay_within_the_apiservers_budgets": "exports the pack",
     "tests/deploy/test_manifests_native.py::test_each_rule_runs_in_exactly_one_place": "exports the pack, twice",
     # like test_equivalence: exports the pack twice, every suite case (x every workload kind, x kubectl

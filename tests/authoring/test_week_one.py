@@ -104,7 +104,7 @@ def test_stdin_is_called_stdin_everywhere(cli: CLI, monkeypatch: pytest.MonkeyPa
 def test_export_table_gives_each_reason_once(cli: CLI) -> None:
     code, out, err = cli("export", "--rules", str(RULES), "--table")
     assert code == 0 and "| priority-class-allowed | **no** |" in out
-    assert "priority-class-allowed" not in err  # its reason is in its row
+    assert "gpu-webhook export: priority-class-allowed" not in err  # its reason is in its row
     assert err.splitlines()[-1].startswith("gpu-webhook export: ") and "kept by the webhook" in err
     code, _, err = cli("export", "--rules", str(RULES))
     assert "gpu-webhook export: priority-class-allowed: " in err  # without the table, stderr is where it is said

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import RULES
 from webhook.cli import main
 from webhook.engine import RuleSet
 from webhook.export.merge import rules_of
@@ -72,3 +73,33 @@ def test_the_audit_overlay_binds_native_policies_to_audit_not_deny(
     enforce, audit = bindings("enforce"), bindings("audit")
     assert set(enforce) == set(audit) and "Deny" in {a for actions in enforce.values() for a in actions}
     assert all(actions == ["Audit" if a == "Deny" else a for a in enforce[rule]] for rule, actions in audit.items())
+
+
+def test_exceptable_rules_stay_with_the_webhook_unless_the_site_s_overlay_says_otherwise(
+    ca_dir: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A rule exceptions may lift is not exported, and stderr says which (webhook.export.EXCEPTABLE);
+    the site's overlay with exceptable: false moves one to the apiserver, and the ConfigMap the webhook
+    loads keeps the overlay without that entry (it would not load naming a rule the webhook lacks)."""
+    from webhook.install.registration import configmap_ruleset
+
+    assert main(["manifests", "--ca", str(ca_dir), "--image", "reg.example/gw@sha256:abc", "--native"]) == 0
+    captured = capsys.readouterr()
+    assert "--native: warning: 4 rules would export but stay with the webhook" in captured.err
+    assert "no-node-name-in-tenants" in captured.err
+    served, native = split([d for d in plain_documents(captured.out) if d])
+    assert "no-node-name-in-tenants" in served and "no-node-name-in-tenants" not in native
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "native.yaml").write_text(
+        "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicyOverlay\nmetadata: {name: site}\nspec:\n  rules:\n"
+        "    - {name: no-node-name-in-tenants, exceptable: false}\n    - {name: gpu-node-affinity, enabled: true}\n"
+    )
+    documents = render(ca_dir, capsys, "--native", "--rules", str(RULES), "--rules", str(site))
+    served, native = split(documents)
+    assert "no-node-name-in-tenants" in native and "no-node-name-in-tenants" not in served
+    (configmap,) = [d for d in documents if d["kind"] == "ConfigMap"]
+    webhook_rules = {rule.name for rule in configmap_ruleset(configmap).rules}
+    assert "no-node-name-in-tenants" not in webhook_rules and "gpu-node-affinity" in webhook_rules
+    assert "exceptable: false" not in configmap["data"]["native.yaml"]  # the entry left with its rule

@@ -49,6 +49,7 @@ import yaml
 
 from tests.e2e.conftest import BUILT_IN_GROUPS, CLUSTER_FLAGS, E2E_IMAGE, gpu_webhook, workload_crd
 from tests.export.equivalence import NAME_LABEL, debug_cases, suite_cases, wrap
+from tests.export.native_site import not_exceptable, overlay_text
 from tests.export.test_celenv import APISERVER_VERDICTS, ESCAPE_KEY, JP
 from tests.support import RULES
 from tests.support.envtest import ADMIN_GROUP, ADMIN_USER, SKIP_REASON, EnvTest, Response, assets_dir
@@ -91,9 +92,21 @@ OLDER = {
 }
 
 
+def native_site(certs: Path) -> Path:
+    """A site's rules beside the pack: the GPUPolicyOverlay that makes every rule not exceptable, so
+    each rule that translates exports (a rule exceptions may lift stays with the webhook:
+    webhook.export.EXCEPTABLE; tests/e2e/test_exceptions_native.py proves that part)."""
+    site = certs.parent / "native-site"
+    if not site.is_dir():
+        site.mkdir()
+        (site / "native.yaml").write_text(overlay_text(rule.name for rule in load_rules(RULES).require().rules))
+    return site
+
+
 def rendered(certs: Path, claims: str, version: str | None = None) -> list[dict[str, Any]]:
-    """The documents `gpu-webhook manifests --native` prints."""
-    args = ["manifests", "--ca", str(certs), "--rules", str(RULES), "--image", E2E_IMAGE, "--native"]
+    """The documents `gpu-webhook manifests --native` prints for the pack and `native_site`."""
+    args = ["manifests", "--ca", str(certs), "--rules", str(RULES), "--rules", str(native_site(certs))]
+    args += ["--image", E2E_IMAGE, "--native"]
     args += ["--claims", claims, *(["--kubernetes-version", version] if version else [])]
     return [d for d in yaml.safe_load_all(gpu_webhook(*args).stdout) if d]
 
@@ -484,7 +497,7 @@ def native(request: pytest.FixtureRequest, webhook_certs: Path) -> Iterator[Clus
 
 def exported_rules(claims: str) -> RuleSet:
     """The rules `manifests --native` moves into the apiserver (exported in full), as a rule set of their own."""
-    pack = load_rules(RULES).require()
+    pack = not_exceptable(load_rules(RULES).require())  # as native_site makes them
     names = {r.rule for r in export(pack, "all", Release.parse(DEFAULT_VERSION), claims).rules if r.note is None}
     return RuleSet.build([rule for rule in pack.rules if rule.name in names], pack.env)
 
@@ -699,7 +712,7 @@ def test_older_releases_accept_every_object_export_writes_for_them(emulated: str
     on this kube-apiserver emulating that release with its MutatingAdmissionPolicy version enabled."""
     if assets_dir() is None:
         pytest.skip(SKIP_REASON)
-    pack = load_rules(RULES).require()
+    pack = not_exceptable(load_rules(RULES).require())  # as native_site makes them
     objects: dict[str, dict[str, Any]] = {}
     for version in OLDER[emulated]:
         for claims in MODES:
@@ -736,6 +749,7 @@ def test_the_audit_overlay_records_what_the_enforce_overlay_denies(webhook_certs
 
     def policies(overlay: str) -> list[dict[str, Any]]:
         args = ["manifests", "--ca", str(webhook_certs), "--rules", str(RULES), "--image", E2E_IMAGE, "--native"]
+        args += ["--rules", str(native_site(webhook_certs))]  # no-node-name-in-tenants exported
         return [
             d
             for d in yaml.safe_load_all(gpu_webhook(*args, "--overlay", overlay).stdout)

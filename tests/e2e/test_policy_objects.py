@@ -504,19 +504,25 @@ def test_an_admitted_excepted_workload_is_reported_excepted_by_the_cluster_audit
     legacy = deployment("legacy-cuda", where, {})
     legacy["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
     assert "no-visible-devices-without-gpu" in denial(apiserver.dry_run_create(legacy))
-    create(
-        apiserver,
-        {
-            "apiVersion": GROUP_VERSION,
-            "kind": "GPUPolicyException",
-            "metadata": {"name": "legacy-image", "namespace": where},
-            "spec": {
-                "rules": ["no-visible-devices-without-gpu"],
-                "match": {"kinds": ["Deployment"], "names": ["legacy-cuda"]},
-                "reason": "the vendor image sets it; ticket OPS-1234",
-            },
+    # device access is not exceptable as shipped: the platform opts this rule back in (docs/day-two.md)
+    opt_in = {
+        "apiVersion": GROUP_VERSION,
+        "kind": "GPUPolicyOverlay",
+        "metadata": {"name": "e2e-audit-device-exceptions"},
+        "spec": {"rules": [{"name": "no-visible-devices-without-gpu", "exceptable": True}]},
+    }
+    create(apiserver, opt_in)
+    lift = {
+        "apiVersion": GROUP_VERSION,
+        "kind": "GPUPolicyException",
+        "metadata": {"name": "legacy-image", "namespace": where},
+        "spec": {
+            "rules": ["no-visible-devices-without-gpu"],
+            "match": {"kinds": ["Deployment"], "names": ["legacy-cuda"]},
+            "reason": "the vendor image sets it; ticket OPS-1234",
         },
-    )
+    }
+    wait_for("the exception accepted", answer_when(lambda: apiserver.create(lift), lambda a: a.ok))
     stored = wait_for(
         f"the Deployment admitted under the exception\n{webhook_server.logs()}",
         answer_when(lambda: apiserver.create(legacy), lambda a: a.ok),
@@ -530,6 +536,7 @@ def test_an_admitted_excepted_workload_is_reported_excepted_by_the_cluster_audit
     (outcome,) = [r for r in audited["rules"] if r["rule"] == "no-visible-devices-without-gpu"]
     assert outcome["result"] == "excepted", audited
     assert f"excepted by {where}/legacy-image: the vendor image sets it" in json.dumps(outcome)
+    apiserver.request("DELETE", path_of("gpupolicyoverlays", "e2e-audit-device-exceptions"))
 
 
 def test_the_cluster_audit_judges_with_the_cluster_s_own_policies(apiserver: EnvTest, crds: list[str]) -> None:

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.export.equivalence import EXTRA_RULES
+from tests.export.native_site import overlay_text
 from tests.support import RULES
 from webhook.cli import main
 from webhook.export.merge import rules_of
@@ -24,11 +25,13 @@ CLI = [sys.executable, "-m", "webhook.cli"]
 
 @pytest.fixture(scope="module")
 def rules(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The pack plus the test-only mutating rules (every mutating rule of the pack is refused)."""
+    """The pack plus the test-only mutating rules (every mutating rule of the pack is refused), none
+    exceptable: the site's GPUPolicyOverlay that docs/native.md describes (tests/export/native_site.py)."""
     out = tmp_path_factory.mktemp("rules")
     shutil.copytree(RULES, out, ignore=shutil.ignore_patterns("tests"), dirs_exist_ok=True)
     for path in EXTRA_RULES.glob("*.yaml"):
         shutil.copy(path, out / path.name)
+    (out / "zz-native-site.yaml").write_text(overlay_text(_names(out)))
     return out
 
 
@@ -39,7 +42,9 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 
 
 def _names(rules: Path) -> set[str]:
-    return {yaml.safe_load(p.read_text())["metadata"]["name"] for p in rules.glob("*.yaml")}
+    """The rules of a directory (each file holds one GPUPolicy), the site's overlay aside."""
+    documents = [yaml.safe_load(p.read_text()) for p in rules.glob("*.yaml")]
+    return {d["metadata"]["name"] for d in documents if d["kind"] == "GPUPolicy"}
 
 
 def test_writes_policies_and_names_every_rule_left_out(tmp_path: Path, rules: Path) -> None:
@@ -130,13 +135,39 @@ def test_claims_unresolved_exports_counting_rules_and_its_table_is_in_docs_nativ
     assert "`--claims unresolved` exports it" in err
     code, out, err = run(capsys, "--rules", str(RULES), "--claims", "unresolved", "--table")
     assert code == 0
-    assert "| gpu-per-pod-ceiling | yes | VAP | Deny |" in out
+    # it translates, and stays with the webhook as a rule exceptions may lift (webhook.export.EXCEPTABLE)
+    assert "| gpu-per-pod-ceiling | **no** | **yes** | — | — | — | a GPUPolicyException may lift it" in out
     assert "| priority-class-allowed | **no** |" in out  # reads cluster context: refused in both modes
     assert "DRA claims" not in out
     docs = (RULES.parent / "docs" / "native.md").read_text()
     assert out in docs, (
         "docs/native.md's --claims unresolved table is stale: `gpu-webhook export --claims unresolved --table`"
     )
+
+
+def test_a_rule_exceptions_may_lift_is_kept_by_the_webhook_with_a_warning(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The pack as shipped: rules that translate but are exceptable stay with the webhook, each named
+    on stderr and in one warning; a site's overlay with exceptable: false exports the one it names."""
+    code, out, err = run(capsys, "--rules", str(RULES))
+    assert code == 0
+    assert "no-node-name-in-tenants: not exported: a GPUPolicyException may lift it (spec.exceptable: true)" in err
+    (warning,) = [line for line in err.splitlines() if "warning:" in line]
+    assert "rules would export but stay with the webhook because a GPUPolicyException may lift them" in warning
+    assert "no-node-name-in-tenants" in warning and "no-privileged-in-tenants" not in warning  # not exceptable
+    assert "[no-node-name-in-tenants]" not in out and "[no-privileged-in-tenants]" in out
+    # --table says so too, and the warning stays
+    code, table, err = run(capsys, "--rules", str(RULES), "--table")
+    assert "| no-node-name-in-tenants | **no** | **yes** |" in table and "warning:" in err
+    assert "| no-privileged-in-tenants | yes | no |" in table
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "native.yaml").write_text(overlay_text(["no-node-name-in-tenants"]))
+    code, out, err = run(capsys, "--rules", str(RULES), "--rules", str(site))
+    assert code == 0 and "[no-node-name-in-tenants]" in out
+    assert "no-node-name-in-tenants: not exported" not in err
 
 
 def test_an_unknown_claims_mode_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -201,6 +201,7 @@ CEILING = """apiVersion: gpu-webhook.io/v1alpha1
 kind: GPUPolicy
 metadata: {name: container-ceiling}
 spec:
+  exceptable: false  # exported only when no exception can lift it (webhook.export.EXCEPTABLE)
   match: {kinds: [Pod], operations: [CREATE]}
   action: Deny
   failurePolicy: POLICY

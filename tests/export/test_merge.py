@@ -25,6 +25,7 @@ apiVersion: gpu-webhook.io/v1alpha1
 kind: GPUPolicy
 metadata: {{name: {name}}}
 spec:
+  exceptable: false  # exported only when no exception can lift it (webhook.export.EXCEPTABLE)
   action: {action}
   ratcheting: false
   match:

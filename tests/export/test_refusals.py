@@ -13,6 +13,7 @@ import pytest
 
 from tests.export.apiserver import Apiserver
 from tests.export.equivalence import as_apiserver_sends, compare, engine_view, native_view, pack_with_extras
+from tests.export.native_site import not_exceptable
 from tests.support import RULES, gpu_pod, load_rule_text
 from webhook.engine import AdmissionInput, RuleSet, load_rules
 from webhook.engine.resources import DEFAULT
@@ -42,6 +43,7 @@ apiVersion: gpu-webhook.io/v1alpha1
 kind: GPUPolicy
 metadata: {{name: {name}}}
 spec:
+  exceptable: false  # exported only when no exception can lift it (webhook.export.EXCEPTABLE)
   match:
     kinds: {kinds}
     operations: [CREATE]
@@ -163,6 +165,7 @@ apiVersion: gpu-webhook.io/v1alpha1
 kind: GPUPolicy
 metadata: {name: attribution}
 spec:
+  exceptable: false  # exported only when no exception can lift it (webhook.export.EXCEPTABLE)
   match:
     kinds: [Pod]
     operations: [CREATE, UPDATE]
@@ -206,4 +209,4 @@ def test_an_update_gets_the_engines_patch_or_none(tmp_path: Path, change: dict, 
 
 @pytest.fixture(scope="module")
 def pack() -> RuleSet:
-    return load_rules(RULES).require()
+    return not_exceptable(load_rules(RULES).require())

@@ -8,6 +8,7 @@ import pytest
 
 from tests.export.apiserver import Apiserver
 from tests.export.equivalence import compare, wrap
+from tests.export.native_site import not_exceptable
 from tests.support import gpu_pod, load_rule_text
 from webhook.engine import WORKLOADS, AdmissionInput, RuleSet, load_rules
 from webhook.engine.resources import DEFAULT
@@ -113,7 +114,7 @@ def test_cost_bound_multiplies_loops_and_takes_one_branch() -> None:
 
 
 def test_exported_policies_stay_within_the_apiservers_budgets(pack: RuleSet) -> None:
-    result = export(pack)
+    result = export(not_exceptable(pack))
     for document in result.objects:
         if document["kind"].endswith("Binding"):
             continue
@@ -147,7 +148,7 @@ def test_a_leading_dot_exports_as_the_variable_it_names(tmp_path: Path) -> None:
     ruleset = load_rule_text(
         tmp_path,
         "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: leading-dot}\n"
-        "spec:\n  action: Deny\n  match: {kinds: [Pod, Deployment]}\n"
+        "spec:\n  exceptable: false\n  action: Deny\n  match: {kinds: [Pod, Deployment]}\n"
         "  params: {banned: [NVIDIA_VISIBLE_DEVICES]}\n"
         "  validate:\n"
         "    expression: >-\n"
@@ -169,7 +170,7 @@ def test_a_leading_dot_exports_as_the_variable_it_names(tmp_path: Path) -> None:
 
 POD_METADATA_RULE = (
     "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: team-label}\n"
-    "spec:\n  action: Deny\n  match: {kinds: [%s]}\n"
+    "spec:\n  exceptable: false\n  action: Deny\n  match: {kinds: [%s]}\n"
     "  validate:\n"
     "    expression: \"podMetadata != null && has(podMetadata.labels) && 'team' in podMetadata.labels\"\n"
     "    messageExpression: target + ' has no team label'\n"

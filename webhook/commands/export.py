@@ -4,6 +4,8 @@ Writes the validating rules as few ValidatingAdmissionPolicies (+ bindings) as t
 (webhook/export/merge.py; one per rule with --policy-per-rule) and a MutatingAdmissionPolicy
 (+ binding) per mutating rule; every rule that cannot be exported
 gets one line on stderr saying why (it stays with the webhook; with --table, its row says it).
+A rule that GPUPolicyExceptions may lift is never exported (webhook.export.EXCEPTABLE): one warning
+names those that would otherwise export, with --table too.
 Exit 0 when the file is written, 2 on a usage or rule error.
 """
 
@@ -12,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from webhook.commands.common import (
     CLAIMS_MODES,
@@ -24,6 +26,9 @@ from webhook.commands.common import (
     load_ruleset,
     rule_paths,
 )
+
+if TYPE_CHECKING:
+    from webhook.export import Refusal
 
 TARGETS = ("vap", "map", "all")  # webhook.export.TARGETS, without importing the exporter to build the parser
 
@@ -60,6 +65,17 @@ def register(commands: Any) -> None:
     parser.set_defaults(run=run)
 
 
+def lifted_warning(lifted: list[Refusal]) -> str:
+    """The one warning for rules that would export but exceptions may lift (webhook.export.EXCEPTABLE):
+    `export` and `manifests --native` both print it, the table has their `exceptable` column."""
+    names = ", ".join(refusal.rule for refusal in lifted)
+    return (
+        f"{len(lifted)} rules would export but stay with the webhook because a GPUPolicyException may lift "
+        f"them, which no admission policy can honour: {names}; to run one natively, set exceptable: false "
+        "for it (a GPUPolicyOverlay among the rules, which the webhook then loads too; docs/native.md, Exceptions)"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from webhook.export import export
     from webhook.export.render import render, table
@@ -86,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"gpu-webhook export: {rule.rule}: exported {rule.note}", file=sys.stderr)
     for refusal in () if args.table else result.refused:
         print(f"gpu-webhook export: {refusal}", file=sys.stderr)
+    if result.lifted:
+        print(f"gpu-webhook export: warning: {lifted_warning(result.lifted)}", file=sys.stderr)
     if result.release.map_note() and any(rule.mutating for rule in result.rules):
         print(f"gpu-webhook export: note: {result.release.map_note()}", file=sys.stderr)
     print(

@@ -234,7 +234,8 @@ def native_policies(
     """The policies of the rules that export in full; their documents leave the ConfigMap.
 
     A rule exported narrower than it is (e.g. CREATE only) stays with the webhook and is not
-    exported at all, so no rule runs in both places. With `audit` (the audit overlay, whose webhook
+    exported at all, so no rule runs in both places; nor is a rule GPUPolicyExceptions may lift
+    (webhook.export.EXCEPTABLE: a warning names those that would export). With `audit` (the audit overlay, whose webhook
     runs `--mode=audit` and refuses nothing) the bindings record instead of denying, as the webhook
     does: validationActions Deny becomes Audit, so the roll-out step blocks nothing in either place.
     """
@@ -246,6 +247,10 @@ def native_policies(
         result = export(load_ruleset(rules, announce=False), "all", mode.release, mode.claims)
     except ValueError as error:
         raise UsageError(str(error)) from None
+    if result.lifted:
+        from webhook.commands.export import lifted_warning
+
+        warn(f"--native: warning: {lifted_warning(result.lifted)}")
     complete = [rule for rule in result.rules if rule.note is None]
     configmap["data"] = webhook_files(configmap["data"], [rule.rule for rule in complete])
     if audit:

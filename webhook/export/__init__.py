@@ -3,6 +3,7 @@
 result = export(ruleset, target="all", release=Release.parse("1.36"))
 result.objects      # policies and bindings, ready to apply: the validating rules merged (merge.py)
 result.refused      # (rule, why) for every rule that stays with the webhook
+                    # (a rule exceptions may lift among them: spec.exceptable true is never exported)
 result.rules[i].note  # set when the export is narrower than the rule (CREATE only): the webhook keeps it too
 exported_rule_names(ruleset)   # what `manifests --native` leaves out of the webhook's rules
 """
@@ -23,10 +24,27 @@ from .versions import DEFAULT_VERSION, Release
 TARGETS = ("vap", "map", "all")
 
 
+# Why a rule that translates is still not exported while exceptions may lift it. A native policy
+# cannot honour GPUPolicyExceptions exactly (docs/native.md, "Exceptions"): with a paramKind of
+# GPUPolicyException and a paramRef selector, the apiserver evaluates the policy once per exception
+# found and ANDs the results (kubernetes pkg/apis/admissionregistration/types.go, ParamRef.selector),
+# while an exception lifts a rule when any one covers the object; with none found the binding either
+# passes every request (parameterNotFoundAction: Allow) or applies failurePolicy to every request
+# (Deny); and the apiserver's CEL has no clock to compare an exception's expiry with. A gate written
+# from the exceptions known at export time would be stale the moment a namespace adds one. So a rule
+# runs natively only when no exception can lift it, in the webhook too: spec.exceptable false.
+EXCEPTABLE = (
+    "a GPUPolicyException may lift it (spec.exceptable: true) and an admission policy cannot honour "
+    "exceptions: the webhook keeps the rule, or set exceptable: false (in the rule, or a GPUPolicyOverlay "
+    "the webhook loads too) to export it"
+)
+
+
 @dataclass(slots=True)
 class Refusal:
     rule: str
     reason: str
+    exceptable: bool = False  # it would export, but exceptions may lift it (EXCEPTABLE)
 
     def __str__(self) -> str:
         return f"{self.rule}: not exported: {self.reason}"
@@ -39,6 +57,7 @@ class Export:
     rules: list[NativeRule] = field(default_factory=list)
     refused: list[Refusal] = field(default_factory=list)
     policy_per_rule: bool = False
+    exceptable: frozenset[str] = frozenset()  # the rules of the set that exceptions may lift
     _objects: list[dict[str, Any]] | None = field(default=None, repr=False)
 
     @property
@@ -53,6 +72,11 @@ class Export:
     @property
     def exported(self) -> list[str]:
         return [rule.rule for rule in self.rules]
+
+    @property
+    def lifted(self) -> list[Refusal]:
+        """The refusals of rules that would export but exceptions may lift (EXCEPTABLE)."""
+        return [refusal for refusal in self.refused if refusal.exceptable]
 
 
 def native_objects(rules: list[NativeRule], policy_per_rule: bool = False) -> list[dict[str, Any]]:
@@ -76,6 +100,9 @@ def export(
 ) -> Export:
     """Every rule of the set, exported or refused with a reason: none is dropped silently.
 
+    A rule that exceptions may lift (spec.exceptable, the default) is refused even when it translates
+    (EXCEPTABLE), so an exported policy and the webhook never disagree about an excepted object.
+
     claims: what to do with rules that count accelerators (policies.py CLAIMS_MODES): refuse them
     (the default), or export them as the engine decides without claim context ("unresolved").
     policy_per_rule: a ValidatingAdmissionPolicy per validating rule instead of merged ones.
@@ -86,24 +113,18 @@ def export(
     if release.vap_version() is None:
         raise ValueError(f"Kubernetes {release}: ValidatingAdmissionPolicy is GA from 1.30; export needs 1.30 or later")
     exporter = RuleExporter(ruleset.accelerators, release, NativeEnvironment(), claims)
-    result = Export(release, claims=claims, policy_per_rule=policy_per_rule)
-    # a native policy cannot read GPUPolicyExceptions (nor compare their expiry with the time): a rule
-    # the given exceptions name stays with the webhook, so the cluster answers as `audit` does
-    excepted = {rule: exception.key for exception in ruleset.exceptions for rule in sorted(exception.rules)}
+    exceptable = frozenset(rule.name for rule in ruleset.rules if rule.exceptable)
+    result = Export(release, claims=claims, policy_per_rule=policy_per_rule, exceptable=exceptable)
     for rule in ruleset.rules:
-        if rule.name in excepted:
-            result.refused.append(
-                Refusal(
-                    rule.name,
-                    f"GPUPolicyException {excepted[rule.name]} lets objects through it, and an admission policy "
-                    "cannot read exceptions: the webhook keeps the rule",
-                )
-            )
-            continue
         try:
-            result.rules.append(exporter.export(rule, want_vap=target != "map", want_map=target != "vap"))
+            native = exporter.export(rule, want_vap=target != "map", want_map=target != "vap")
         except NotNative as reason:
             result.refused.append(Refusal(rule.name, str(reason)))
+            continue
+        if rule.exceptable:
+            result.refused.append(Refusal(rule.name, EXCEPTABLE, exceptable=True))
+            continue
+        result.rules.append(native)
     return result
 
 
@@ -121,6 +142,7 @@ __all__ = [
     "CLAIMS_MODES",
     "CLAIMS_REFUSE",
     "CLAIMS_UNRESOLVED",
+    "EXCEPTABLE",
     "TARGETS",
     "Export",
     "NativeRule",

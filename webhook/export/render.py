@@ -37,8 +37,8 @@ def table(result: Export) -> str:
     from .policies import COST_ANNOTATION
 
     rows = [
-        "| rule | exported | as | action | validating policy | estimated cost / why not |",
-        "|---|---|---|---|---|---|",
+        "| rule | exported | exceptable | as | action | validating policy | estimated cost / why not |",
+        "|---|---|---|---|---|---|---|",
     ]
     # the ValidatingAdmissionPolicy that holds each rule's validation (merged, or its own)
     holders = {
@@ -51,8 +51,10 @@ def table(result: Export) -> str:
     refused = {refusal.rule: refusal.reason for refusal in result.refused}
     for name in sorted({*exported, *refused}):
         native = exported.get(name)
+        # exported rules are never exceptable (webhook.export.EXCEPTABLE); a refused one may be either
+        exceptable = "no" if native is not None or name not in result.exceptable else "**yes**"
         if native is None:
-            rows.append(f"| {name} | **no** | — | — | — | {refused[name]} |")
+            rows.append(f"| {name} | **no** | {exceptable} | — | — | — | {refused[name]} |")
             continue
         policies = [o for o in native.objects if not o["kind"].endswith("Binding")]
         kinds = " + ".join("MAP" if o["kind"].startswith("Mutating") else "VAP" for o in policies)
@@ -61,5 +63,5 @@ def table(result: Export) -> str:
             action = f"mutate, {native.action}"
         costs = " / ".join(f"{int(o['metadata']['annotations'][COST_ANNOTATION]):,}" for o in policies)
         note = f"; {native.note}" if native.note else ""
-        rows.append(f"| {name} | yes | {kinds} | {action} | {holders.get(name, '—')} | {costs}{note} |")
+        rows.append(f"| {name} | yes | {exceptable} | {kinds} | {action} | {holders.get(name, '—')} | {costs}{note} |")
     return "\n".join(rows) + "\n"
