@@ -63,12 +63,22 @@ class Cluster:
 
     items: list[dict[str, Any]] = field(default_factory=list)
     synced: bool = True
+    problems: dict[str, str] = field(default_factory=dict)  # kind -> why it cannot be read
 
     def objects(self) -> list[dict[str, Any]]:
         return list(self.items)
 
     def detail(self) -> dict[str, Any]:
         return {"gpupolicy": {"synced": self.synced, "objects": len(self.items)}}
+
+    def kinds(self) -> list[str]:
+        return ["GPUPolicy", "GPUPolicyOverlay"]
+
+    def unavailable(self) -> dict[str, str]:
+        return {} if self.synced else {kind: self.problems.get(kind, "not listed yet") for kind in self.kinds()}
+
+    def degraded(self) -> dict[str, str]:
+        return dict(self.problems) if self.synced else {}
 
 
 def labelled(*labels: str) -> dict[str, Any]:
@@ -132,7 +142,7 @@ async def test_objects_are_rules_beside_the_files_and_follow_their_changes(cert_
         assert await allowed(live, labelled(LABEL))
 
 
-async def test_a_name_in_both_files_and_objects_is_reported_and_the_last_good_rules_stay(
+async def test_a_name_in_both_files_and_objects_is_the_objects_problem_and_the_others_load(
     cert_dir: Path, rules: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     cluster = Cluster([gpupolicy("from-the-cluster")])
@@ -140,34 +150,81 @@ async def test_a_name_in_both_files_and_objects_is_reported_and_the_last_good_ru
         store = live.server.state.rules
         generation = store.generation
         with caplog.at_level(logging.ERROR, logger="gpu_webhook.reload"):
-            cluster.items = [gpupolicy("from-the-cluster"), gpupolicy("from-a-file")]
-            await wait_for(lambda: store.errors)
-        assert store.generation == generation  # never a silent choice: nothing new is loaded
-        (error,) = store.errors
+            cluster.items = [gpupolicy("from-the-cluster", generation=2, action="Warn"), gpupolicy("from-a-file")]
+            await wait_for(lambda: store.rejected)
+        assert store.generation == generation + 1  # the other object's new generation serves
+        assert store.errors == []  # no rule file is broken
+        ((key, (error,)),) = store.rejected.items()
+        assert key == ("GPUPolicy", "", "from-a-file")
         assert error.location.file == "GPUPolicy/from-a-file" and "duplicate rule name" in error.message
-        assert any("GPUPolicy/from-a-file" in getattr(r, "error", "") for r in caplog.records)
+        assert any(getattr(r, "policy", "") == "GPUPolicy/from-a-file" for r in caplog.records)
         status, body = await live.get("/readyz")
-        assert status == 200  # the last good rules serve
-        assert any("duplicate rule name" in e for e in json.loads(body)["rules"]["lastReloadErrors"])
-        assert not await allowed(live, labelled(LABEL))  # the last good rules: the object's rule still acts
+        assert status == 200, body
+        policies = json.loads(body)["policies"]
+        assert policies["inUse"] == ["GPUPolicy/from-the-cluster"]
+        assert list(policies["rejected"]) == ["GPUPolicy/from-a-file"]
+        assert "duplicate rule name" in policies["rejected"]["GPUPolicy/from-a-file"]
+        _, metrics = await live.get("/metrics")
+        assert 'gpu_webhook_policy_objects_rejected{kind="GPUPolicy"} 1.0' in metrics
+        assert 'gpu_webhook_policy_objects_rejected{kind="GPUPolicyOverlay"} 0.0' in metrics
+        # the file's rule is the one that serves, and the object's new generation (Warn) too
+        assert not await allowed(live, labelled("file-says-no"))
+        answer = await live.review("validate", make_review(labelled(LABEL)))
+        assert answer["response"]["allowed"] is True
+        assert answer["response"]["warnings"] == ["[from-the-cluster] from-the-cluster says no"]
 
-        # the status each object gets from this replica
+        # the status each object gets from this replica: only the duplicate is not Ready
         twin = policy_object(gpupolicy("from-a-file"))
         entry = replica_entry("replica-0", twin, store)
         assert entry["ready"] is False and entry["reason"] == "Invalid"
         assert "duplicate rule name" in entry["message"] and "observedGeneration" not in entry
-        kept = replica_entry("replica-0", policy_object(gpupolicy("from-the-cluster")), store)
-        assert kept["ready"] is True and kept["observedGeneration"] == 1
+        kept = replica_entry("replica-0", policy_object(gpupolicy("from-the-cluster", generation=2)), store)
+        assert kept["ready"] is True and kept["observedGeneration"] == 2
+
+        # fixed (deleted): nothing rejected any more
+        cluster.items = [gpupolicy("from-the-cluster", generation=2, action="Warn")]
+        await wait_for(lambda: not store.rejected)
+        assert 'gpu_webhook_policy_objects_rejected{kind="GPUPolicy"} 0.0' in (await live.get("/metrics"))[1]
 
 
-async def test_a_broken_object_at_start_up_leaves_the_files_serving(cert_dir: Path, rules: Path) -> None:
-    cluster = Cluster([gpupolicy("broken", expression="object.metadata.name ==")])
+async def test_a_broken_object_at_start_up_leaves_every_other_rule_and_object_serving(
+    cert_dir: Path, rules: Path
+) -> None:
+    cluster = Cluster([gpupolicy("broken", expression="object.metadata.name =="), gpupolicy("from-the-cluster")])
     async with serve(cert_dir, rules, cluster) as live:
         store = live.server.state.rules
-        assert store.ruleset is not None and [r.name for r in store.ruleset.rules] == ["from-a-file"]
-        assert any("spec.validate.expression: CEL" in e.message for e in store.errors)
+        assert store.ruleset is not None
+        assert sorted(r.name for r in store.ruleset.rules) == ["from-a-file", "from-the-cluster"]
+        assert list(store.rejected) == [("GPUPolicy", "", "broken")]
+        assert "spec.validate.expression: CEL" in store.rejected[("GPUPolicy", "", "broken")][0].message
         assert not await allowed(live, labelled("file-says-no"))
+        assert not await allowed(live, labelled(LABEL))  # the other object's rule acts
+        status, body = await live.get("/readyz")
+        assert status == 200, body
+        assert list(json.loads(body)["policies"]["rejected"]) == ["GPUPolicy/broken"]
+        entry = replica_entry("replica-0", policy_object(cluster.items[0]), store)
+        assert entry["ready"] is False and entry["reason"] == "Invalid" and "CEL" in entry["message"]
+        assert replica_entry("replica-0", policy_object(cluster.items[1]), store)["ready"] is True
+
+
+async def test_a_policy_kind_never_listed_keeps_the_replica_unready_and_says_why(cert_dir: Path, rules: Path) -> None:
+    forbidden = "listing gpupolicies.gpu-webhook.io is forbidden (HTTP 403)"
+    cluster = Cluster([], synced=False, problems={"GPUPolicy": forbidden})
+    async with serve(cert_dir, rules, cluster) as live:
+        status, body = await live.get("/readyz")
+        assert status == 503
+        assert json.loads(body)["policies"]["unavailable"]["GPUPolicy"] == forbidden
+        metrics = (await live.get("/metrics"))[1]
+        assert 'gpu_webhook_policy_source_ready{kind="GPUPolicy"} 0.0' in metrics
+        # listed at last: ready; then refused again: still ready, the problem reported
+        cluster.synced, cluster.problems = True, {}
+        await wait_for(lambda: live.server.state.rules.cluster_loaded)
         assert (await live.get("/readyz"))[0] == 200
+        assert 'gpu_webhook_policy_source_ready{kind="GPUPolicy"} 1.0' in (await live.get("/metrics"))[1]
+        cluster.problems = {"GPUPolicy": forbidden}
+        status, body = await live.get("/readyz")
+        assert status == 200 and json.loads(body)["policies"]["degraded"] == {"GPUPolicy": forbidden}
+        assert 'gpu_webhook_policy_source_ready{kind="GPUPolicy"} 0.0' in (await live.get("/metrics"))[1]
 
 
 async def test_policies_endpoint_refuses_a_broken_policy_with_its_field_path(cert_dir: Path, rules: Path) -> None:
@@ -209,6 +266,7 @@ def test_two_replicas_write_once_each_and_then_agree() -> None:
         errors: list[Any] = field(default_factory=list)
         attempted: dict[Any, Any] = field(default_factory=dict)
         running: dict[Any, int] = field(default_factory=lambda: {("GPUPolicy", "", "p"): 3})
+        rejected: dict[Any, Any] = field(default_factory=dict)
 
     old = State(running={("GPUPolicy", "", "p"): 2})
     keep = lambda _name: True  # noqa: E731
@@ -286,6 +344,7 @@ def test_a_status_write_reads_again_after_a_conflict_and_writes_once() -> None:
         errors: list[Any] = field(default_factory=list)
         attempted: dict[Any, Any] = field(default_factory=lambda: {obj.key: obj})
         running: dict[Any, int] = field(default_factory=lambda: {obj.key: 1})
+        rejected: dict[Any, Any] = field(default_factory=dict)
 
     writer = StatusWriter(api, State(), Cluster([stored]), "a")  # type: ignore[arg-type]
     assert writer.pass_once() == 1 and writer.writes == 1 and writer.failures == 0

@@ -1,0 +1,137 @@
+"""One load of the rule files and the cluster's policy objects in which a broken object is the only one left out.
+
+The loader builds a RuleSet only when nothing has errors. Its errors are located per document (an
+object's document is named by `PolicyObject.label`), so the objects to blame are known: they are
+left out, and the load runs again with everything else, until it succeeds or what is left is a
+problem of the rule files. Each round after the first drops at least one object, so there are at most
+two rounds more than objects. Blame, deterministic so that every replica agrees:
+
+- an error located at an object (its schema, its CEL, an overlay's unknown rule or param) is that object's;
+- GPUPolicies are judged as written, overlay objects by what they do to the rules that load: an error
+  in a rule that an overlay changed (the loader adds ``(with GPUPolicyOverlay ...)``) is the overlay's,
+  the newest of those that change the rule first;
+- a rule name both in a file and in a GPUPolicy is the object's (files load first: a file rule is
+  never the one dropped); two overlays that set the same field: the newer one (the load order is
+  creationTimestamp, then name, and the loader reports the later document);
+- a GPUPolicy left out keeps its name known, so an overlay or exception that also names it is not
+  broken by that alone (an overlay that raises a ceiling on another rule keeps doing so);
+- any other error is a rule file's: the load fails, and the caller keeps its last good rule set.
+
+Anchors: Kyverno marks only the invalid policy not ready and enforces the rest (its policy cache
+admits each policy on its own); Gatekeeper reports a constraint template's errors in its own status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.engine import OVERLAY_KIND, POLICY_KIND, LoadError, LoadResult, SourceLocation, load_rules
+
+from .objects import PolicyObject
+
+Key = tuple[str, str, str]  # (kind, namespace, name)
+OVERLAID_MARK = f" (with {OVERLAY_KIND} "  # the loader's note on an error in an overlaid rule
+_KIND_ORDER = {POLICY_KIND: 0, OVERLAY_KIND: 1}
+
+
+@dataclass
+class IsolatedLoad:
+    """What one isolated load gives: the loader's last result, the objects in it, and those left out (and why)."""
+
+    result: LoadResult
+    loaded: list[PolicyObject] = field(default_factory=list)
+    rejected: dict[Key, list[LoadError]] = field(default_factory=dict)
+    rounds: int = 0
+
+
+def load_order(obj: Mapping[str, Any]) -> tuple[int, str, str, str]:
+    """GPUPolicies, then overlays; each oldest first (creationTimestamp, then namespace and name)."""
+    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    assert isinstance(metadata, Mapping)
+    return (
+        _KIND_ORDER.get(str(obj.get("kind")), 2),
+        str(metadata.get("creationTimestamp") or ""),
+        str(metadata.get("namespace") or ""),
+        str(metadata.get("name") or ""),
+    )
+
+
+def isolated_load(paths: list[str], objects: Iterable[PolicyObject]) -> IsolatedLoad:
+    """Load `paths` and `objects` (in load order), leaving out each object that does not load.
+
+    Everything at once first (the usual case: one load). When that fails, the GPUPolicies are judged
+    as written (with the files, without the overlay objects), then the overlay objects on the
+    GPUPolicies that loaded: a GPUPolicy that does not compile is its own fault even where an overlay
+    changes it, and an overlay is judged by what it does to rules that load."""
+    objects = list(objects)
+    outcome = IsolatedLoad(load_rules(paths, [o.document for o in objects]), objects, {}, 1)
+    if outcome.result.ruleset is not None:
+        return outcome
+    policies = [o for o in objects if o.kind != OVERLAY_KIND]
+    overlays = [o for o in objects if o.kind == OVERLAY_KIND]
+    outcome = _settle(paths, [], policies, outcome)
+    if outcome.result.ruleset is None or not overlays:
+        return outcome
+    return _settle(paths, outcome.loaded, overlays, outcome)
+
+
+def _settle(
+    paths: list[str], fixed: list[PolicyObject], candidates: list[PolicyObject], outcome: IsolatedLoad
+) -> IsolatedLoad:
+    """Load `fixed` and `candidates`, dropping the candidates the errors blame, until the load succeeds or
+    an error blames none of them (a rule file's problem: the failed result, the blamed so far kept)."""
+    rejected = outcome.rejected
+    rounds = outcome.rounds
+    while True:
+        rounds += 1
+        absent = sorted(key[2] for key in rejected if key[0] == POLICY_KIND)
+        result = load_rules(paths, [o.document for o in (*fixed, *candidates)], absent=absent)
+        if result.ruleset is not None:
+            return IsolatedLoad(result, [*fixed, *candidates], rejected, rounds)
+        blamed = blame(result.errors, candidates)
+        for key, errors in blamed.items():
+            rejected.setdefault(key, errors)
+        if not blamed or any(not _about_objects(error, candidates) for error in result.errors):
+            return IsolatedLoad(result, [*fixed, *candidates], rejected, rounds)
+        candidates = [o for o in candidates if o.key not in blamed]
+
+
+def blame(errors: Iterable[LoadError], objects: list[PolicyObject]) -> dict[Key, list[LoadError]]:
+    """The objects these errors are about, each with its errors (located at the object)."""
+    by_label = {o.label: o for o in objects}
+    overlays = [o for o in objects if o.kind == OVERLAY_KIND]
+    found: dict[Key, list[LoadError]] = {}
+    for error in errors:
+        culprit = _overlay_of(error, overlays)
+        if culprit is not None:
+            where = SourceLocation(culprit.label, 1, 1)
+            found.setdefault(culprit.key, []).append(LoadError(where, error.message, error.rule))
+            continue
+        obj = by_label.get(error.location.file)
+        if obj is not None:
+            found.setdefault(obj.key, []).append(error)
+    return found
+
+
+def _overlay_of(error: LoadError, overlays: list[PolicyObject]) -> PolicyObject | None:
+    """The overlay object to blame for an error in a rule it changed: the newest that names the rule."""
+    if error.rule is None or OVERLAID_MARK not in error.message:
+        return None
+    naming = [o for o in overlays if error.rule in _overlay_rules(o)]
+    return naming[-1] if naming else None
+
+
+def _overlay_rules(overlay: PolicyObject) -> set[str]:
+    spec = overlay.document.data.get("spec") if isinstance(overlay.document.data, Mapping) else None
+    entries = spec.get("rules") if isinstance(spec, Mapping) else None
+    if not isinstance(entries, list):
+        return set()
+    return {str(e.get("name")) for e in entries if isinstance(e, Mapping)}
+
+
+def _about_objects(error: LoadError, objects: list[PolicyObject]) -> bool:
+    labels = {o.label for o in objects}
+    overlays = [o for o in objects if o.kind == OVERLAY_KIND]
+    return error.location.file in labels or _overlay_of(error, overlays) is not None
