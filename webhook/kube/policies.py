@@ -104,7 +104,7 @@ class PolicyObjectCache(WatchCache):
                 "(gpu-webhook manifests renders them) or run serve with --policies files"
             )
         return (
-            f"listing {what} is forbidden (HTTP 403): the server's ServiceAccount needs get, list and watch on "
+            f"listing {what} is forbidden (HTTP 403): the server's ServiceAccount needs list and watch on "
             "them (manifests/base/rbac.yaml), or run serve with --policies files"
         )
 
