@@ -413,6 +413,12 @@ def test_a_replica_that_may_not_list_gpupolicies_is_not_ready_and_one_that_loses
         time.sleep(2)
         assert forbidden.readyz()[0] == 503  # and it stays so
         record_property("forbidden_readyz", {"status": 503, "unavailable": detail["policies"]["unavailable"]})
+        # the RBAC fixed: ready without a restart (it lists again every 10 s)
+        bindings.append(grant(apiserver, "e2e-iso-gpupolicies", granting, "e2e-no-gpupolicies"))
+        started = time.monotonic()
+        forbidden.answered("ready once it may list", lambda status, d: status == 200, timeout=40)
+        record_property("seconds_to_ready_after_the_rbac_fix", round(time.monotonic() - started, 1))
+        assert forbidden.gauge("gpu_webhook_policy_source_ready", kind="GPUPolicy") == 1
 
         # allowed at start, then the permission is taken away: the site's GPUPolicy keeps denying
         answer = apiserver.create(policy("e2e-iso-site", unlabelled(LABEL), "the site says no", ["Deployment"]))

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from webhook.install.registration import configurations
 from webhook.policies.isolation import isolated_load, load_order
 from webhook.policies.objects import PolicyObject, policy_object
 
@@ -164,3 +165,21 @@ def test_a_broken_rule_file_fails_the_load_and_still_names_the_broken_objects(pa
 def test_without_objects_it_is_the_plain_load(pack: list[str]) -> None:
     load = isolated_load(pack, [])
     assert load.result.ruleset is not None and load.rejected == {} and load.rounds == 1
+
+
+def test_the_registration_is_what_the_loaded_objects_need_a_broken_sibling_never_shrinks_it(pack: list[str]) -> None:
+    """The webhook configurations derive from the loaded rules: a GPUPolicy on ConfigMaps beside a broken
+    one gets exactly the registration it gets alone."""
+    config_maps = {"kind": "ConfigMap", "group": "", "version": "v1", "resource": "configmaps"}
+    good = gpupolicy("config-maps", "true")
+    good["spec"]["match"]["kinds"] = [config_maps]
+    broken = gpupolicy("broken", "object.metadata.name ==")
+    broken["spec"]["match"]["kinds"] = [{**config_maps, "kind": "Secret", "resource": "secrets"}]
+    beside = isolated_load(pack, objects(good, broken)).result.ruleset
+    alone = isolated_load(pack, objects(good)).result.ruleset
+    assert beside is not None and alone is not None
+    assert configurations(beside) == configurations(alone)
+    resources = {
+        r for c in configurations(beside) for w in c["webhooks"] for rule in w["rules"] for r in rule["resources"]
+    }
+    assert "configmaps" in resources and "secrets" not in resources and "pods" in resources
