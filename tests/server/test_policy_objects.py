@@ -15,6 +15,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -305,6 +306,57 @@ def test_policy_objects_need_a_cluster(cert_dir: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 2, result.stderr
     assert "--policies cluster reads GPUPolicy objects from a cluster" in result.stderr
+
+
+@pytest.mark.parametrize(("policies", "ready"), [("both", False), ("cluster", False), ("files", True), ("auto", True)])
+def test_a_cluster_without_the_crds_keeps_a_replica_that_uses_them_unready(
+    cert_dir: Path, tmp_path: Path, policies: str, ready: bool
+) -> None:
+    """The fresh install without the CRDs (tests/support/kubestub.py answers 404 for them): `--policies
+    both|cluster` is not ready and says what to do; `files` (the opt-out) and `auto` (a 404 is "none") are."""
+    import urllib.error
+    import urllib.request
+
+    from tests.support.envtest import free_port
+    from tests.support.kubestub import KubeStub
+
+    stub = KubeStub().start()
+    stub.add("team-a")
+    port, metrics_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBERNETES_SERVICE_HOST", "GPU_WEBHOOK_RULES")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "webhook.cli", "serve", "--port", str(port), "--metrics-port", str(metrics_port),
+         "--cert-dir", str(cert_dir), "--kubeconfig", str(stub.kubeconfig(tmp_path / "kubeconfig")),
+         "--policies", policies, "--manage-registration=false", "--log-level", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+    )  # fmt: skip
+    try:
+        detail: dict[str, Any] = {}
+        deadline = time.monotonic() + 20
+
+        def settled() -> bool:  # every cache has had its answer (the context caches start with the server)
+            unavailable = detail.get("policies", {}).get("unavailable", {})
+            listed = all(why != "not listed yet" for why in unavailable.values())
+            return bool(detail.get("namespaces", {}).get("synced")) and listed and (status == 200) is ready
+
+        while time.monotonic() < deadline and not settled():
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/readyz", timeout=2) as answer:
+                    status, detail = answer.status, json.loads(answer.read())
+            except urllib.error.HTTPError as error:
+                status, detail = error.code, json.loads(error.read())
+            except OSError:
+                time.sleep(0.1)
+        assert settled(), detail
+        assert (status == 200) is ready, detail
+        if not ready:
+            why = detail["policies"]["unavailable"]["GPUPolicy"]
+            assert "not served by this cluster (HTTP 404: the CRD is not installed)" in why
+            assert "install the CRDs" in why and "--policies files" in why
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        stub.stop()
 
 
 class FakeApi:

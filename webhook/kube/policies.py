@@ -71,11 +71,11 @@ class PolicyObjectCache(WatchCache):
                 raise
             self._resource_version = None  # nothing to watch from: list again after `absent_retry`
             self.absent = error.status == 404
-            self._answered.set()
             if self._one_shot or (self.absent and self.absent_ok):
                 self._none_served(error.status)
-                return
-            self._lost(self._refusal(error.status))
+            else:
+                self._lost(self._refusal(error.status))
+            self._answered.set()  # after `synced`: a caller that waited for the answer sees both
             return
         except Exception as error:  # network: refused, timed out; the watch loop retries with backoff
             self._lost(f"no answer to the list: {type(error).__name__}: {error}")
