@@ -140,7 +140,7 @@ def test_a_name_a_rule_file_has_is_the_objects_problem_never_the_files(pack: lis
     assert rules["gpu-ceiling"].source.file.endswith("pack.yaml") and "other" in rules
 
 
-def test_every_broken_object_is_found_within_one_round_more_than_objects(pack: list[str]) -> None:
+def test_broken_objects_are_found_together_not_one_load_each(pack: list[str]) -> None:
     broken = [gpupolicy(f"broken-{i}", "object.metadata.name ==") for i in range(5)]
     # an overlay broken only by its target: it names a param the pack's rule does not have
     wrong_param = overlay("wrong-param", {"name": "gpu-ceiling", "params": {"maxGPUs": 16}})
@@ -148,7 +148,9 @@ def test_every_broken_object_is_found_within_one_round_more_than_objects(pack: l
     assert load.result.ruleset is not None
     assert rejected_labels(load) == [*(f"GPUPolicy/broken-{i}" for i in range(5)), "GPUPolicyOverlay/wrong-param"]
     assert [o.label for o in load.loaded] == ["GPUPolicy/fine"]
-    assert load.rounds <= 2 + 7
+    # the errors of every object that is broken on its own come in one load: all at once; the GPUPolicies
+    # (with the five, without them); the overlay on those (with it, without it). Not one round per object.
+    assert load.rounds == 5
 
 
 def test_a_broken_rule_file_fails_the_load_and_still_names_the_broken_objects(pack: list[str]) -> None:
@@ -183,3 +185,25 @@ def test_the_registration_is_what_the_loaded_objects_need_a_broken_sibling_never
         r for c in configurations(beside) for w in c["webhooks"] for rule in w["rules"] for r in rule["resources"]
     }
     assert "configmaps" in resources and "secrets" not in resources and "pods" in resources
+
+
+def test_an_overlay_broken_only_with_a_files_exception_is_found_by_trying_each_overlay_alone(pack: list[str]) -> None:
+    """exceptable: false on a rule a file's GPUPolicyException names: the error is at the exception, in a
+    file, and names no overlay; the rules load without the overlays, so one of them is to blame."""
+    Path(pack[0], "exceptions.yaml").write_text(
+        "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicyException\n"
+        "metadata: {name: legacy, namespace: team-a}\nspec: {rules: [gpu-ceiling], reason: legacy nodes}\n"
+    )
+    load = isolated_load(
+        pack,
+        objects(
+            overlay("raise", {"name": "gpu-ceiling", "params": {"maxGpus": 16}}, created="2026-01-01T00:00:00Z"),
+            overlay("lock", {"name": "gpu-ceiling", "exceptable": False}, created="2026-02-01T00:00:00Z"),
+        ),
+    )
+    assert load.result.ruleset is not None
+    assert rejected_labels(load) == ["GPUPolicyOverlay/lock"]
+    (error,) = load.rejected[("GPUPolicyOverlay", "", "lock")]
+    assert error.location.file == "GPUPolicyOverlay/lock" and error.message.startswith("with this overlay: ")
+    assert "exceptions.yaml" in error.message
+    assert {r.name: r for r in load.result.ruleset.rules}["gpu-ceiling"].params["maxGpus"] == 16

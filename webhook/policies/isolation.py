@@ -3,8 +3,8 @@
 The loader builds a RuleSet only when nothing has errors. Its errors are located per document (an
 object's document is named by `PolicyObject.label`), so the objects to blame are known: they are
 left out, and the load runs again with everything else, until it succeeds or what is left is a
-problem of the rule files. Each round after the first drops at least one object, so there are at most
-two rounds more than objects. Blame, deterministic so that every replica agrees:
+problem of the rule files. Each round after the first drops at least one object (the errors of every
+object broken on its own come in one round), so the rounds are bounded by the objects. Blame, deterministic so that every replica agrees:
 
 - an error located at an object (its schema, its CEL, an overlay's unknown rule or param) is that object's;
 - GPUPolicies are judged as written, overlay objects by what they do to the rules that load: an error
@@ -15,6 +15,9 @@ two rounds more than objects. Blame, deterministic so that every replica agrees:
   creationTimestamp, then name, and the loader reports the later document);
 - a GPUPolicy left out keeps its name known, so an overlay or exception that also names it is not
   broken by that alone (an overlay that raises a ceiling on another rule keeps doing so);
+- an error no object is named for, when the rules loaded without the overlay objects, is an overlay's
+  still (one that sets `exceptable: false` on a rule a file's exception names): each overlay is
+  tried alone on the rules, newest first, and those that fail alone are left out;
 - any other error is a rule file's: the load fails, and the caller keeps its last good rule set.
 
 Anchors: Kyverno marks only the invalid policy not ready and enforces the rest (its policy cache
@@ -71,23 +74,49 @@ def isolated_load(paths: list[str], objects: Iterable[PolicyObject]) -> Isolated
         return outcome
     policies = [o for o in objects if o.kind != OVERLAY_KIND]
     overlays = [o for o in objects if o.kind == OVERLAY_KIND]
-    outcome = _settle(paths, [], policies, outcome)
+    # without overlay objects, the load just made is the GPUPolicies' first round
+    outcome = _settle(paths, [], policies, outcome, None if overlays else outcome.result)
     if outcome.result.ruleset is None or not overlays:
         return outcome
-    return _settle(paths, outcome.loaded, overlays, outcome)
+    rules = outcome.loaded
+    outcome = _settle(paths, rules, overlays, outcome)
+    if outcome.result.ruleset is not None:
+        return outcome
+    # the rules loaded without the overlay objects, so an error no overlay is named for is still theirs
+    # (an overlay that sets exceptable: false under a file's GPUPolicyException): each alone, newest first
+    remaining = [o for o in outcome.loaded if o.kind == OVERLAY_KIND]
+    for overlay in reversed(remaining):
+        alone = load_rules(paths, [o.document for o in (*rules, overlay)], absent=_absent(outcome.rejected))
+        outcome.rounds += 1
+        if alone.ruleset is None:
+            where = SourceLocation(overlay.label, 1, 1)
+            outcome.rejected[overlay.key] = [LoadError(where, f"with this overlay: {e}") for e in alone.errors]
+    return _settle(paths, rules, [o for o in remaining if o.key not in outcome.rejected], outcome)
+
+
+def _absent(rejected: Mapping[Key, object]) -> list[str]:
+    """The names of the GPUPolicies left out: rules that exist, for the overlays and exceptions naming them."""
+    return sorted(key[2] for key in rejected if key[0] == POLICY_KIND)
 
 
 def _settle(
-    paths: list[str], fixed: list[PolicyObject], candidates: list[PolicyObject], outcome: IsolatedLoad
+    paths: list[str],
+    fixed: list[PolicyObject],
+    candidates: list[PolicyObject],
+    outcome: IsolatedLoad,
+    first: LoadResult | None = None,
 ) -> IsolatedLoad:
     """Load `fixed` and `candidates`, dropping the candidates the errors blame, until the load succeeds or
-    an error blames none of them (a rule file's problem: the failed result, the blamed so far kept)."""
+    an error blames none of them (a rule file's problem: the failed result, the blamed so far kept).
+    `first`: the result of loading exactly these, when the caller has it."""
     rejected = outcome.rejected
     rounds = outcome.rounds
     while True:
-        rounds += 1
-        absent = sorted(key[2] for key in rejected if key[0] == POLICY_KIND)
-        result = load_rules(paths, [o.document for o in (*fixed, *candidates)], absent=absent)
+        if first is not None:
+            result, first = first, None
+        else:
+            rounds += 1
+            result = load_rules(paths, [o.document for o in (*fixed, *candidates)], absent=_absent(rejected))
         if result.ruleset is not None:
             return IsolatedLoad(result, [*fixed, *candidates], rejected, rounds)
         blamed = blame(result.errors, candidates)
