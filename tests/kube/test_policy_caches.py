@@ -129,6 +129,42 @@ def test_access_lost_after_the_first_list_keeps_the_objects_listed(monkeypatch: 
         cache.stop()
 
 
+def test_a_broken_watch_is_reported_until_a_list_answers_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    listed = {"kind": "GPUPolicyList", "metadata": {"resourceVersion": "10"}, "items": [policy(1)]}
+    watches = {"count": 0}
+    problems: list[str] = []
+
+    def fake_get(_api: Any, path: str, query: Any = None, timeout: Any = None) -> Any:
+        if query and ("watch", "true") in query:
+            watches["count"] += 1
+            if watches["count"] == 1:
+                raise ConnectionResetError("the apiserver went away")
+            problems.append(cache.problem)  # the list before this watch answered
+            time.sleep(0.05)
+            raise ConnectionResetError("again")
+        if watches["count"] == 1:
+            broken.append(cache.problem)  # the list after the break: what the replica reported meanwhile
+
+        class Response:
+            data = json.dumps(listed).encode()
+
+        return Response()
+
+    broken: list[str] = []
+    monkeypatch.setattr(rest, "get", fake_get)
+    cache = PolicyObjectCache(None, POLICY, backoff_initial=0.01, backoff_max=0.01)  # type: ignore[arg-type]
+    cache.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not problems and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert broken == ["the watch broke: ConnectionResetError: the apiserver went away"]
+        assert problems and problems[0] == ""  # listed again after the break: cleared
+        assert cache.synced and [o["metadata"]["name"] for o in cache.objects()] == ["p"]
+    finally:
+        cache.stop()
+
+
 def policy(generation: int, **metadata: Any) -> dict[str, Any]:
     return {
         "kind": "GPUPolicy",

@@ -8,9 +8,10 @@ what it must enforce is loaded):
   not synced, `problem` says why, and the server is not ready (/readyz names the kind, and
   `gpu_webhook_policy_source_ready{kind}` is 0); it lists again every `absent_retry` seconds, so RBAC
   or CRDs fixed later are picked up without a restart;
-- listed before, refused now (RBAC revoked: the watch is answered 403, and the cache lists again to find
-  out): the objects listed before stay in use, the replica stays ready and serving, and the problem is
-  reported (/readyz `degraded`, the metric, one log line per change).
+- listed before, refused now (RBAC revoked: the watch is answered 403) or not answering (the watch
+  broke): the cache lists again, after the watch loop's backoff, to find out; the objects listed
+  before stay in use, the replica stays ready and serving, and the problem is reported (/readyz
+  `degraded`, the metric, one log line per change) until a list succeeds.
 
 `absent_ok` (`serve --policies auto`, the default outside the shipped Deployment) treats a 404 as "no
 objects": a server pointed at a cluster without the CRDs keeps serving its files, and picks the
@@ -35,7 +36,7 @@ from kubernetes.client.exceptions import ApiException
 from webhook.install.crds import GROUP, OVERLAY, POLICY, PolicyResource
 
 from .connect import ClusterError
-from .watchcache import WatchCache
+from .watchcache import WatchCache, _Gone
 
 log = logging.getLogger(__name__)
 SpecVersion = tuple[tuple[str, str, str, int, str], ...]
@@ -124,9 +125,16 @@ class PolicyObjectCache(WatchCache):
             return
         try:
             super()._watch()
+        except _Gone:
+            raise
         except ApiException as error:
             if error.status in (403, 404):  # access lost while serving: list again to find out what is there
                 self._lost(self._refusal(error.status))
+                self._resource_version = None
+            raise
+        except Exception as error:  # no answer: said, and the next list (after the backoff) clears it
+            if not self._stopping.is_set():  # stop() closes the stream under the watch
+                self._lost(f"the watch broke: {type(error).__name__}: {error}")
                 self._resource_version = None
             raise
 
