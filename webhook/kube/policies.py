@@ -1,8 +1,8 @@
 """Watch caches of the policy objects (GPUPolicy, GPUPolicyOverlay; GPUPolicyException: caches.py), on watchcache.py.
 
 A replica configured to use the policy kinds (`serve --policies cluster|both`, what the shipped
-Deployment runs) fails closed on what it cannot read (as Gatekeeper's readiness tracker keeps a replica unready until
-what it must enforce is loaded):
+Deployment runs) fails closed on what it cannot read, as Gatekeeper's readiness tracker keeps a
+replica unready until what it must enforce is loaded:
 
 - never listed (403 forbidden, 404 not served: the CRDs are not installed, or no answer): the cache is
   not synced, `problem` says why, and the server is not ready (/readyz names the kind, and
@@ -146,11 +146,6 @@ class PolicyObjectCache(WatchCache):
     def wait_answered(self, timeout: float | None = None) -> bool:
         """Until a list has had an answer (objects, 403 or 404), or `timeout`: whether one has."""
         return self._answered.wait(timeout)
-
-    @property
-    def available(self) -> bool:
-        """Listed, and readable now."""
-        return self.synced and not self.problem
 
     def objects(self) -> list[dict[str, Any]]:
         """Every object, sorted by (namespace, name): the last ones listed when the kind cannot be read now."""

@@ -4,7 +4,8 @@ The loader builds a RuleSet only when nothing has errors. Its errors are located
 object's document is named by `PolicyObject.label`), so the objects to blame are known: they are
 left out, and the load runs again with everything else, until it succeeds or what is left is a
 problem of the rule files. Each round after the first drops at least one object (the errors of every
-object broken on its own come in one round), so the rounds are bounded by the objects. Blame, deterministic so that every replica agrees:
+object broken on its own come in one round), so the rounds are bounded by the objects. Blame is
+deterministic, so that every replica agrees:
 
 - an error located at an object (its schema, its CEL, an overlay's unknown rule or param) is that object's;
 - GPUPolicies are judged as written, overlay objects by what they do to the rules that load: an error
@@ -20,8 +21,11 @@ object broken on its own come in one round), so the rounds are bounded by the ob
   tried alone on the rules, newest first, and those that fail alone are left out;
 - any other error is a rule file's: the load fails, and the caller keeps its last good rule set.
 
-Anchors: Kyverno marks only the invalid policy not ready and enforces the rest (its policy cache
-admits each policy on its own); Gatekeeper reports a constraint template's errors in its own status.
+Anchors: Kyverno sets each policy's readiness on its own, from whether the webhook configuration it
+builds from the policies covers that policy (kyverno/kyverno pkg/controllers/webhook/controller.go,
+recordPolicyState / updatePolicyStatuses); Gatekeeper reports a ConstraintTemplate's errors in that
+template's own per-pod status (open-policy-agent/gatekeeper
+apis/status/v1beta1/constrainttemplatepodstatus_types.go, `errors`).
 """
 
 from __future__ import annotations
