@@ -207,3 +207,23 @@ def test_an_overlay_broken_only_with_a_files_exception_is_found_by_trying_each_o
     assert error.location.file == "GPUPolicyOverlay/lock" and error.message.startswith("with this overlay: ")
     assert "exceptions.yaml" in error.message
     assert {r.name: r for r in load.result.ruleset.rules}["gpu-ceiling"].params["maxGpus"] == 16
+
+
+def test_a_new_generation_that_does_not_load_leaves_the_previous_one_running(pack: list[str]) -> None:
+    first = isolated_load(pack, objects(gpupolicy("site", "!('deny-me' in object.metadata.labels)")))
+    assert first.result.ruleset is not None
+    previous = {o.key: o for o in first.loaded}
+    broken = gpupolicy("site", "object.metadata.name ==")
+    broken["metadata"]["generation"] = 2
+    load = isolated_load(pack, objects(broken, gpupolicy("other")), previous)
+    assert load.result.ruleset is not None
+    assert rejected_labels(load) == ["GPUPolicy/site"]  # the new generation stays reported
+    assert [(o.label, o.generation) for o in load.kept] == [("GPUPolicy/site", 1)]
+    assert sorted((o.label, o.generation) for o in load.loaded) == [("GPUPolicy/other", 1), ("GPUPolicy/site", 1)]
+    rules = {rule.name: rule for rule in load.result.ruleset.rules}
+    assert "site" in rules and "other" in rules
+    # another object (a new uid under the same name: deleted and created again) gets no previous version
+    recreated = {**broken, "metadata": {**broken["metadata"], "uid": "another-uid"}}
+    assert isolated_load(pack, objects(recreated), previous).kept == []
+    # and a restart has none to keep
+    assert isolated_load(pack, objects(broken)).kept == []

@@ -152,8 +152,7 @@ async def test_a_name_in_both_files_and_objects_is_the_objects_problem_and_the_o
         generation = store.generation
         with caplog.at_level(logging.ERROR, logger="gpu_webhook.reload"):
             cluster.items = [gpupolicy("from-the-cluster", generation=2, action="Warn"), gpupolicy("from-a-file")]
-            await wait_for(lambda: store.rejected)
-        assert store.generation == generation + 1  # the other object's new generation serves
+            await wait_for(lambda: store.generation == generation + 1)  # the other object's new generation serves
         assert store.errors == []  # no rule file is broken
         ((key, (error,)),) = store.rejected.items()
         assert key == ("GPUPolicy", "", "from-a-file")
@@ -206,6 +205,28 @@ async def test_a_broken_object_at_start_up_leaves_every_other_rule_and_object_se
         entry = replica_entry("replica-0", policy_object(cluster.items[0]), store)
         assert entry["ready"] is False and entry["reason"] == "Invalid" and "CEL" in entry["message"]
         assert replica_entry("replica-0", policy_object(cluster.items[1]), store)["ready"] is True
+
+
+async def test_a_broken_new_generation_keeps_the_previous_one_until_a_restart(cert_dir: Path, rules: Path) -> None:
+    """The last good state is kept at reload (reported Invalid, observedGeneration the old one); a new
+    replica, which never ran it, leaves the object out and serves the rest."""
+    cluster = Cluster([gpupolicy("from-the-cluster")])
+    async with serve(cert_dir, rules, cluster) as live:
+        store = live.server.state.rules
+        generation = store.generation
+        cluster.items = [gpupolicy("from-the-cluster", generation=2, expression="object.metadata.name ==")]
+        await wait_for(lambda: store.generation == generation + 1)
+        assert list(store.rejected) == [("GPUPolicy", "", "from-the-cluster")]
+        assert store.running == {("GPUPolicy", "", "from-the-cluster"): 1}
+        assert not await allowed(live, labelled(LABEL))  # generation 1 still denies
+        entry = replica_entry("replica-0", policy_object(cluster.items[0]), store)
+        assert entry["ready"] is False and entry["reason"] == "Invalid" and entry["observedGeneration"] == 1
+        assert "CEL" in entry["message"] and entry["message"].endswith("generation 1 stays in use")
+    async with serve(cert_dir, rules, cluster) as restarted:
+        store = restarted.server.state.rules
+        assert list(store.rejected) == [("GPUPolicy", "", "from-the-cluster")] and store.running == {}
+        assert await allowed(restarted, labelled(LABEL))
+        assert not await allowed(restarted, labelled("file-says-no"))
 
 
 async def test_a_policy_kind_never_listed_keeps_the_replica_unready_and_says_why(cert_dir: Path, rules: Path) -> None:

@@ -19,7 +19,9 @@ deterministic, so that every replica agrees:
 - an error no object is named for, when the rules loaded without the overlay objects, is an overlay's
   still (one that sets `exceptable: false` on a rule a file's exception names): each overlay is
   tried alone on the rules, newest first, and those that fail alone are left out;
-- any other error is a rule file's: the load fails, and the caller keeps its last good rule set.
+- any other error is a rule file's: the load fails, and the caller keeps its last good rule set;
+- an object left out whose previous version loaded (its new generation broke it) runs that previous
+  version, if it still loads beside the rest: the last good state is kept, and reported.
 
 Anchors: Kyverno sets each policy's readiness on its own, from whether the webhook configuration it
 builds from the policies covers that policy (kyverno/kyverno pkg/controllers/webhook/controller.go,
@@ -51,6 +53,7 @@ class IsolatedLoad:
     loaded: list[PolicyObject] = field(default_factory=list)
     rejected: dict[Key, list[LoadError]] = field(default_factory=dict)
     rounds: int = 0
+    kept: list[PolicyObject] = field(default_factory=list)  # previous versions in use of rejected objects
 
 
 def load_order(obj: Mapping[str, Any]) -> tuple[int, str, str, str]:
@@ -65,8 +68,38 @@ def load_order(obj: Mapping[str, Any]) -> tuple[int, str, str, str]:
     )
 
 
-def isolated_load(paths: list[str], objects: Iterable[PolicyObject]) -> IsolatedLoad:
+def isolated_load(
+    paths: list[str], objects: Iterable[PolicyObject], previous: Mapping[Key, PolicyObject] | None = None
+) -> IsolatedLoad:
     """Load `paths` and `objects` (in load order), leaving out each object that does not load.
+
+    `previous`: the version of each object the last load ran. An object whose new version is left out
+    runs its previous one instead, when that still loads beside everything else that does (the last good
+    state is kept, as for a rule file); it stays reported with the new version's errors. After a restart
+    there is no previous version, and the object is left out."""
+    objects = list(objects)
+    outcome = _isolated(paths, objects)
+    if outcome.result.ruleset is None or not previous:
+        return outcome
+    current = {o.key: o for o in objects}
+    kept = {
+        key: previous[key]
+        for key in outcome.rejected
+        if key in previous and previous[key].uid == current[key].uid and previous[key].document != current[key].document
+    }
+    if not kept:
+        return outcome
+    retry = _isolated(paths, [kept.get(o.key, o) for o in objects if o.key not in outcome.rejected or o.key in kept])
+    if retry.result.ruleset is None or any(key not in kept for key in retry.rejected):
+        return outcome  # a previous version must never displace what loads now
+    retry.rejected = outcome.rejected
+    retry.kept = [o for o in retry.loaded if o.key in kept]
+    retry.rounds += outcome.rounds
+    return retry
+
+
+def _isolated(paths: list[str], objects: Iterable[PolicyObject]) -> IsolatedLoad:
+    """Load `paths` and `objects`, leaving out each object that does not load (the module's rules).
 
     Everything at once first (the usual case: one load). When that fails, the GPUPolicies are judged
     as written (with the files, without the overlay objects), then the overlay objects on the

@@ -70,6 +70,8 @@ def replica_entry(replica: str, obj: PolicyObject, state: LoadState) -> dict[str
     if errors:
         entry["reason"] = "Invalid"
         entry["message"] = summary(errors)
+        if running is not None and running != obj.generation:
+            entry["message"] += f"\ngeneration {running} stays in use"
     elif running != obj.generation:
         entry["reason"] = "NotLoaded"
         elsewhere = len(state.errors)

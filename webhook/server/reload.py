@@ -10,7 +10,8 @@ Both go through the one loader in one load (objects after files, oldest first), 
 same checks and the same hot reload as a file. An object that does not load is the only one left out
 (webhook/policies/isolation.py): every file rule and every other object serves, at start-up, at reload
 and after a restart, and the object left out is reported (log, /readyz, its status Ready=False,
-`gpu_webhook_policy_objects_rejected{kind}`). A rule file that does not load fails the whole load: the
+`gpu_webhook_policy_objects_rejected{kind}`). An object whose new generation is left out keeps running
+the generation this replica ran before, as a rule file does (after a restart there is none to keep). A rule file that does not load fails the whole load: the
 last good rule set keeps serving (at start-up there is none, and the server does not start). A
 change of an object's spec (its generation), labels or annotations is a change of the rules; its
 status, written by the replicas themselves, is not.
@@ -101,6 +102,7 @@ class RuleStore:
     cluster_loaded: bool = False  # a load has read the policy objects after their caches listed them
     _fingerprint: Fingerprint = ()
     _objects_version: SpecVersion = ()
+    _good: dict[tuple[str, str, str], PolicyObject] = field(default_factory=dict)  # the versions in use
 
     def _current_fingerprint(self) -> Fingerprint:
         return fingerprint(rule_files(p for p in self.paths if os.path.exists(p)))
@@ -113,7 +115,7 @@ class RuleStore:
         raw = self.cluster.objects() if self.cluster is not None else []
         self._objects_version = spec_version(raw)
         objects = [policy_object(obj) for obj in sorted(raw, key=load_order)]
-        outcome = isolated_load(self.paths, objects)
+        outcome = isolated_load(self.paths, objects, self._good)
         self.attempted = {o.key: o for o in objects}
         self.attempts += 1
         self.cluster_loaded = self.cluster_loaded or synced
@@ -127,6 +129,12 @@ class RuleStore:
                 log.error("rule file rejected", extra={"error": str(error), "kept_generation": self.generation})
             return False
         self._swap(result.ruleset, {o.key: o.generation for o in outcome.loaded})
+        self._good = {o.key: o for o in outcome.loaded}
+        for obj in outcome.kept:
+            log.warning(
+                "policy object: its new generation is rejected; the previous one stays in use",
+                extra={"policy": obj.label, "generation": obj.generation},
+            )
         self.errors = []
         self.metrics.reload_ok.set(1)
         return True
