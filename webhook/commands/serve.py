@@ -87,7 +87,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         type=int,
         default=300,
         metavar="SECONDS",
-        help="each watch of the policy objects ends after this and starts again (default 300): the longest a "
+        help="each watch of the GPUPolicies and overlays ends after this and starts again (default 300): the longest a "
         "replica takes to notice that it may no longer read them (it then keeps the objects it had)",
     )
     parser.add_argument("--kubeconfig", help="kubeconfig for the namespace watch (default: in-cluster)")
