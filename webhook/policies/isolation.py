@@ -101,18 +101,24 @@ def isolated_load(
 def _isolated(paths: list[str], objects: Iterable[PolicyObject]) -> IsolatedLoad:
     """Load `paths` and `objects`, leaving out each object that does not load (the module's rules).
 
-    Everything at once first (the usual case: one load). When that fails, the GPUPolicies are judged
-    as written (with the files, without the overlay objects), then the overlay objects on the
-    GPUPolicies that loaded: a GPUPolicy that does not compile is its own fault even where an overlay
-    changes it, and an overlay is judged by what it does to rules that load."""
+    Everything at once first (the usual case: one load), then without the objects its errors name
+    (`_at_once`: two loads for any number of objects broken on their own). Where that does not settle
+    it, the GPUPolicies are judged as written (with the files, without the overlay objects), then the
+    overlay objects on the GPUPolicies that loaded: a GPUPolicy that does not compile is its own fault
+    even where an overlay changes it, and an overlay is judged by what it does to rules that load."""
     objects = list(objects)
-    outcome = IsolatedLoad(load_rules(paths, [o.document for o in objects]), objects, {}, 1)
-    if outcome.result.ruleset is not None:
+    first = load_rules(paths, [o.document for o in objects])
+    outcome = IsolatedLoad(first, objects, {}, 1)
+    if first.ruleset is not None:
         return outcome
+    direct = _at_once(paths, objects, outcome)
+    if direct is not None:
+        return direct
+    outcome = IsolatedLoad(first, objects, {}, outcome.rounds)
     policies = [o for o in objects if o.kind != OVERLAY_KIND]
     overlays = [o for o in objects if o.kind == OVERLAY_KIND]
-    # without overlay objects, the load just made is the GPUPolicies' first round
-    outcome = _settle(paths, [], policies, outcome, None if overlays else outcome.result)
+    # without overlay objects, the first load is the GPUPolicies' first round
+    outcome = _settle(paths, [], policies, outcome, None if overlays else first)
     if outcome.result.ruleset is None or not overlays:
         return outcome
     rules = outcome.loaded
@@ -129,6 +135,25 @@ def _isolated(paths: list[str], objects: Iterable[PolicyObject]) -> IsolatedLoad
             where = SourceLocation(overlay.label, 1, 1)
             outcome.rejected[overlay.key] = [LoadError(where, f"with this overlay: {e}") for e in alone.errors]
     return _settle(paths, rules, [o for o in remaining if o.key not in outcome.rejected], outcome)
+
+
+def _at_once(paths: list[str], objects: list[PolicyObject], outcome: IsolatedLoad) -> IsolatedLoad | None:
+    """The usual failure in fewer loads: while every error names its object and none is in an overlaid
+    rule (whose blame needs the GPUPolicies judged alone first), drop the objects named and load the
+    rest again. None when that does not settle it; `outcome.rounds` counts the loads made either way."""
+    rejected: dict[Key, list[LoadError]] = {}
+    remaining, result = objects, outcome.result
+    while result.ruleset is None:
+        if any(OVERLAID_MARK in error.message for error in result.errors):
+            return None
+        blamed = blame(result.errors, remaining)
+        if not blamed or any(not _about_objects(error, remaining) for error in result.errors):
+            return None
+        rejected.update(blamed)
+        remaining = [o for o in remaining if o.key not in blamed]
+        result = load_rules(paths, [o.document for o in remaining], absent=_absent(rejected))
+        outcome.rounds += 1
+    return IsolatedLoad(result, remaining, rejected, outcome.rounds)
 
 
 def _absent(rejected: Mapping[Key, object]) -> list[str]:
