@@ -128,6 +128,24 @@ def test_access_lost_after_the_first_list_keeps_the_objects_listed(monkeypatch: 
         cache.stop()
 
 
+def test_a_cluster_that_does_not_answer_keeps_the_kind_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fake_get(_api: Any, path: str, query: Any = None, timeout: Any = None) -> Any:
+        raise TimeoutError("read timed out")
+
+    monkeypatch.setattr(rest, "get", fake_get)
+    caches = PolicyCaches(None, backoff_initial=0.01, backoff_max=0.05)  # type: ignore[arg-type]
+    caches.start()
+    try:
+        deadline = time.monotonic() + 5
+        while len(caches.unavailable()) < 2 or "not listed yet" in caches.unavailable().values():
+            assert time.monotonic() < deadline, caches.unavailable()
+            time.sleep(0.02)
+        assert caches.unavailable()["GPUPolicy"] == "no answer to the list: TimeoutError: read timed out"
+        assert not caches.synced and not caches.wait_answered(0.1)  # no answer: serve waits its 10 s, then loads
+    finally:
+        caches.stop()
+
+
 def test_a_broken_watch_is_reported_until_a_list_answers_again(monkeypatch: pytest.MonkeyPatch) -> None:
     listed = {"kind": "GPUPolicyList", "metadata": {"resourceVersion": "10"}, "items": [policy(1)]}
     watches = {"count": 0}
