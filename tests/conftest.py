@@ -15,7 +15,7 @@ import pytest
 import webhook.authoring.lint
 import webhook.authoring.suite
 import webhook.commands.common
-import webhook.server.reload
+import webhook.policies.isolation
 from tests.support import RULES, LiveServer, client_ssl, start_server
 from webhook.certs import generate_bundle, write_bundle
 from webhook.engine import LoadResult, RuleSet, load_rules, rule_files
@@ -49,12 +49,14 @@ def _files_key(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str])
 
 
 def load_rules_once(
-    paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], objects: Iterable[Document] = ()
+    paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str],
+    objects: Iterable[Document] = (),
+    absent: Iterable[str] = (),
 ) -> LoadResult:
-    objects = list(objects)
+    objects, absent = list(objects), list(absent)
     key = _files_key(paths)
-    if key is None or objects:  # policy objects from a cluster: loaded each time, as the server does
-        return load_rules(paths, objects)
+    if key is None or objects or absent:  # policy objects from a cluster: loaded each time, as the server does
+        return load_rules(paths, objects, absent)
     if key not in _LOADED:
         _LOADED[key] = load_rules(paths)
     return _LOADED[key]
@@ -69,7 +71,12 @@ def pack() -> RuleSet:
 @pytest.fixture(scope="session", autouse=True)
 def doors_load_each_pack_once() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
-        for door in (webhook.commands.common, webhook.authoring.suite, webhook.authoring.lint, webhook.server.reload):
+        for door in (
+            webhook.commands.common,
+            webhook.authoring.suite,
+            webhook.authoring.lint,
+            webhook.policies.isolation,
+        ):
             patch.setattr(door, "load_rules", load_rules_once)
         yield
 
@@ -145,6 +152,9 @@ SLOW: dict[str, str] = {
     "tests/server/test_reload_and_shutdown.py": "a live server per test, waiting for reloads",
     "tests/server/test_namespace_context.py": "a live server and a stand-in API server per test",
     "tests/server/test_policy_objects.py::test_policy_objects_need_a_cluster": "subprocess",
+    "tests/server/test_policy_objects.py::test_a_cluster_without_the_crds_keeps_a_replica_that_uses_them_unready": (
+        "subprocess"
+    ),
     "tests/kube/test_cluster_context.py": "a live server and a stand-in API server per test",
     "tests/kube/test_namespace_cache.py": "a stand-in API server (sockets, a watch thread) per test",
     "tests/audit/test_cluster.py": "a stand-in API server per test",

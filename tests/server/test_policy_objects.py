@@ -15,6 +15,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,12 +64,22 @@ class Cluster:
 
     items: list[dict[str, Any]] = field(default_factory=list)
     synced: bool = True
+    problems: dict[str, str] = field(default_factory=dict)  # kind -> why it cannot be read
 
     def objects(self) -> list[dict[str, Any]]:
         return list(self.items)
 
     def detail(self) -> dict[str, Any]:
         return {"gpupolicy": {"synced": self.synced, "objects": len(self.items)}}
+
+    def kinds(self) -> list[str]:
+        return ["GPUPolicy", "GPUPolicyOverlay"]
+
+    def unavailable(self) -> dict[str, str]:
+        return {} if self.synced else {kind: self.problems.get(kind, "not listed yet") for kind in self.kinds()}
+
+    def degraded(self) -> dict[str, str]:
+        return dict(self.problems) if self.synced else {}
 
 
 def labelled(*labels: str) -> dict[str, Any]:
@@ -132,7 +143,7 @@ async def test_objects_are_rules_beside_the_files_and_follow_their_changes(cert_
         assert await allowed(live, labelled(LABEL))
 
 
-async def test_a_name_in_both_files_and_objects_is_reported_and_the_last_good_rules_stay(
+async def test_a_name_in_both_files_and_objects_is_the_objects_problem_and_the_others_load(
     cert_dir: Path, rules: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     cluster = Cluster([gpupolicy("from-the-cluster")])
@@ -140,34 +151,102 @@ async def test_a_name_in_both_files_and_objects_is_reported_and_the_last_good_ru
         store = live.server.state.rules
         generation = store.generation
         with caplog.at_level(logging.ERROR, logger="gpu_webhook.reload"):
-            cluster.items = [gpupolicy("from-the-cluster"), gpupolicy("from-a-file")]
-            await wait_for(lambda: store.errors)
-        assert store.generation == generation  # never a silent choice: nothing new is loaded
-        (error,) = store.errors
+            cluster.items = [gpupolicy("from-the-cluster", generation=2, action="Warn"), gpupolicy("from-a-file")]
+            await wait_for(lambda: store.generation == generation + 1)  # the other object's new generation serves
+        assert store.errors == []  # no rule file is broken
+        ((key, (error,)),) = store.rejected.items()
+        assert key == ("GPUPolicy", "", "from-a-file")
         assert error.location.file == "GPUPolicy/from-a-file" and "duplicate rule name" in error.message
-        assert any("GPUPolicy/from-a-file" in getattr(r, "error", "") for r in caplog.records)
+        assert any(getattr(r, "policy", "") == "GPUPolicy/from-a-file" for r in caplog.records)
         status, body = await live.get("/readyz")
-        assert status == 200  # the last good rules serve
-        assert any("duplicate rule name" in e for e in json.loads(body)["rules"]["lastReloadErrors"])
-        assert not await allowed(live, labelled(LABEL))  # the last good rules: the object's rule still acts
+        assert status == 200, body
+        policies = json.loads(body)["policies"]
+        assert policies["inUse"] == ["GPUPolicy/from-the-cluster"]
+        assert list(policies["rejected"]) == ["GPUPolicy/from-a-file"]
+        assert "duplicate rule name" in policies["rejected"]["GPUPolicy/from-a-file"]
+        _, metrics = await live.get("/metrics")
+        assert 'gpu_webhook_policy_objects_rejected{kind="GPUPolicy"} 1.0' in metrics
+        assert 'gpu_webhook_policy_objects_rejected{kind="GPUPolicyOverlay"} 0.0' in metrics
+        # the file's rule is the one that serves, and the object's new generation (Warn) too
+        assert not await allowed(live, labelled("file-says-no"))
+        answer = await live.review("validate", make_review(labelled(LABEL)))
+        assert answer["response"]["allowed"] is True
+        assert answer["response"]["warnings"] == ["[from-the-cluster] from-the-cluster says no"]
 
-        # the status each object gets from this replica
+        # the status each object gets from this replica: only the duplicate is not Ready
         twin = policy_object(gpupolicy("from-a-file"))
         entry = replica_entry("replica-0", twin, store)
         assert entry["ready"] is False and entry["reason"] == "Invalid"
         assert "duplicate rule name" in entry["message"] and "observedGeneration" not in entry
-        kept = replica_entry("replica-0", policy_object(gpupolicy("from-the-cluster")), store)
-        assert kept["ready"] is True and kept["observedGeneration"] == 1
+        kept = replica_entry("replica-0", policy_object(gpupolicy("from-the-cluster", generation=2)), store)
+        assert kept["ready"] is True and kept["observedGeneration"] == 2
+
+        # fixed (deleted): nothing rejected any more
+        cluster.items = [gpupolicy("from-the-cluster", generation=2, action="Warn")]
+        await wait_for(lambda: not store.rejected)
+        assert 'gpu_webhook_policy_objects_rejected{kind="GPUPolicy"} 0.0' in (await live.get("/metrics"))[1]
 
 
-async def test_a_broken_object_at_start_up_leaves_the_files_serving(cert_dir: Path, rules: Path) -> None:
-    cluster = Cluster([gpupolicy("broken", expression="object.metadata.name ==")])
+async def test_a_broken_object_at_start_up_leaves_every_other_rule_and_object_serving(
+    cert_dir: Path, rules: Path
+) -> None:
+    cluster = Cluster([gpupolicy("broken", expression="object.metadata.name =="), gpupolicy("from-the-cluster")])
     async with serve(cert_dir, rules, cluster) as live:
         store = live.server.state.rules
-        assert store.ruleset is not None and [r.name for r in store.ruleset.rules] == ["from-a-file"]
-        assert any("spec.validate.expression: CEL" in e.message for e in store.errors)
+        assert store.ruleset is not None
+        assert sorted(r.name for r in store.ruleset.rules) == ["from-a-file", "from-the-cluster"]
+        assert list(store.rejected) == [("GPUPolicy", "", "broken")]
+        assert "spec.validate.expression: CEL" in store.rejected[("GPUPolicy", "", "broken")][0].message
         assert not await allowed(live, labelled("file-says-no"))
+        assert not await allowed(live, labelled(LABEL))  # the other object's rule acts
+        status, body = await live.get("/readyz")
+        assert status == 200, body
+        assert list(json.loads(body)["policies"]["rejected"]) == ["GPUPolicy/broken"]
+        entry = replica_entry("replica-0", policy_object(cluster.items[0]), store)
+        assert entry["ready"] is False and entry["reason"] == "Invalid" and "CEL" in entry["message"]
+        assert replica_entry("replica-0", policy_object(cluster.items[1]), store)["ready"] is True
+
+
+async def test_a_broken_new_generation_keeps_the_previous_one_until_a_restart(cert_dir: Path, rules: Path) -> None:
+    """The last good state is kept at reload (reported Invalid, observedGeneration the old one); a new
+    replica, which never ran it, leaves the object out and serves the rest."""
+    cluster = Cluster([gpupolicy("from-the-cluster")])
+    async with serve(cert_dir, rules, cluster) as live:
+        store = live.server.state.rules
+        generation = store.generation
+        cluster.items = [gpupolicy("from-the-cluster", generation=2, expression="object.metadata.name ==")]
+        await wait_for(lambda: store.generation == generation + 1)
+        assert list(store.rejected) == [("GPUPolicy", "", "from-the-cluster")]
+        assert store.running == {("GPUPolicy", "", "from-the-cluster"): 1}
+        assert not await allowed(live, labelled(LABEL))  # generation 1 still denies
+        entry = replica_entry("replica-0", policy_object(cluster.items[0]), store)
+        assert entry["ready"] is False and entry["reason"] == "Invalid" and entry["observedGeneration"] == 1
+        assert "CEL" in entry["message"] and entry["message"].endswith("generation 1 stays in use")
+    async with serve(cert_dir, rules, cluster) as restarted:
+        store = restarted.server.state.rules
+        assert list(store.rejected) == [("GPUPolicy", "", "from-the-cluster")] and store.running == {}
+        assert await allowed(restarted, labelled(LABEL))
+        assert not await allowed(restarted, labelled("file-says-no"))
+
+
+async def test_a_policy_kind_never_listed_keeps_the_replica_unready_and_says_why(cert_dir: Path, rules: Path) -> None:
+    forbidden = "listing gpupolicies.gpu-webhook.io is forbidden (HTTP 403)"
+    cluster = Cluster([], synced=False, problems={"GPUPolicy": forbidden})
+    async with serve(cert_dir, rules, cluster) as live:
+        status, body = await live.get("/readyz")
+        assert status == 503
+        assert json.loads(body)["policies"]["unavailable"]["GPUPolicy"] == forbidden
+        metrics = (await live.get("/metrics"))[1]
+        assert 'gpu_webhook_policy_source_ready{kind="GPUPolicy"} 0.0' in metrics
+        # listed at last: ready; then refused again: still ready, the problem reported
+        cluster.synced, cluster.problems = True, {}
+        await wait_for(lambda: live.server.state.rules.cluster_loaded)
         assert (await live.get("/readyz"))[0] == 200
+        assert 'gpu_webhook_policy_source_ready{kind="GPUPolicy"} 1.0' in (await live.get("/metrics"))[1]
+        cluster.problems = {"GPUPolicy": forbidden}
+        status, body = await live.get("/readyz")
+        assert status == 200 and json.loads(body)["policies"]["degraded"] == {"GPUPolicy": forbidden}
+        assert 'gpu_webhook_policy_source_ready{kind="GPUPolicy"} 0.0' in (await live.get("/metrics"))[1]
 
 
 async def test_policies_endpoint_refuses_a_broken_policy_with_its_field_path(cert_dir: Path, rules: Path) -> None:
@@ -209,6 +288,7 @@ def test_two_replicas_write_once_each_and_then_agree() -> None:
         errors: list[Any] = field(default_factory=list)
         attempted: dict[Any, Any] = field(default_factory=dict)
         running: dict[Any, int] = field(default_factory=lambda: {("GPUPolicy", "", "p"): 3})
+        rejected: dict[Any, Any] = field(default_factory=dict)
 
     old = State(running={("GPUPolicy", "", "p"): 2})
     keep = lambda _name: True  # noqa: E731
@@ -249,6 +329,57 @@ def test_policy_objects_need_a_cluster(cert_dir: Path) -> None:
     assert "--policies cluster reads GPUPolicy objects from a cluster" in result.stderr
 
 
+@pytest.mark.parametrize(("policies", "ready"), [("both", False), ("cluster", False), ("files", True), ("auto", True)])
+def test_a_cluster_without_the_crds_keeps_a_replica_that_uses_them_unready(
+    cert_dir: Path, tmp_path: Path, policies: str, ready: bool
+) -> None:
+    """The fresh install without the CRDs (tests/support/kubestub.py answers 404 for them): `--policies
+    both|cluster` is not ready and says what to do; `files` (the opt-out) and `auto` (a 404 is "none") are."""
+    import urllib.error
+    import urllib.request
+
+    from tests.support.envtest import free_port
+    from tests.support.kubestub import KubeStub
+
+    stub = KubeStub().start()
+    stub.add("team-a")
+    port, metrics_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBERNETES_SERVICE_HOST", "GPU_WEBHOOK_RULES")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "webhook.cli", "serve", "--port", str(port), "--metrics-port", str(metrics_port),
+         "--cert-dir", str(cert_dir), "--kubeconfig", str(stub.kubeconfig(tmp_path / "kubeconfig")),
+         "--policies", policies, "--manage-registration=false", "--log-level", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+    )  # fmt: skip
+    try:
+        detail: dict[str, Any] = {}
+        deadline = time.monotonic() + 20
+
+        def settled() -> bool:  # every cache has had its answer (the context caches start with the server)
+            unavailable = detail.get("policies", {}).get("unavailable", {})
+            listed = all(why != "not listed yet" for why in unavailable.values())
+            return bool(detail.get("namespaces", {}).get("synced")) and listed and (status == 200) is ready
+
+        while time.monotonic() < deadline and not settled():
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/readyz", timeout=2) as answer:
+                    status, detail = answer.status, json.loads(answer.read())
+            except urllib.error.HTTPError as error:
+                status, detail = error.code, json.loads(error.read())
+            except OSError:
+                time.sleep(0.1)
+        assert settled(), detail
+        assert (status == 200) is ready, detail
+        if not ready:
+            why = detail["policies"]["unavailable"]["GPUPolicy"]
+            assert "not served by this cluster (HTTP 404: the CRD is not installed)" in why
+            assert "install the CRDs" in why and "--policies files" in why
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        stub.stop()
+
+
 class FakeApi:
     """What rest.send needs of an ApiClient: answers by method, in order; records each call."""
 
@@ -286,6 +417,7 @@ def test_a_status_write_reads_again_after_a_conflict_and_writes_once() -> None:
         errors: list[Any] = field(default_factory=list)
         attempted: dict[Any, Any] = field(default_factory=lambda: {obj.key: obj})
         running: dict[Any, int] = field(default_factory=lambda: {obj.key: 1})
+        rejected: dict[Any, Any] = field(default_factory=dict)
 
     writer = StatusWriter(api, State(), Cluster([stored]), "a")  # type: ignore[arg-type]
     assert writer.pass_once() == 1 and writer.writes == 1 and writer.failures == 0

@@ -16,9 +16,10 @@ if TYPE_CHECKING:
 
     from kubernetes.client import ApiClient
 
+    from webhook.kube import ClusterCaches
     from webhook.kube.policies import PolicyCaches
     from webhook.policies.status import StatusWriter
-    from webhook.server import NamespaceSource, RegistrationSource, Server, ServerConfig
+    from webhook.server import RegistrationSource, Server, ServerConfig
     from webhook.server.metrics import Metrics
 
 MODES = ("enforce", "audit")  # webhook.engine.Mode's values: the parser does not import the engine
@@ -77,8 +78,17 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="where rules come from: files (--rules/--site, the pack by default), cluster (GPUPolicy and "
         "GPUPolicyOverlay objects), or both, loaded together (a rule name in both is an error). auto "
         "(default): both when there is a cluster connection (see --namespaces), else files; a cluster "
-        "without the CRDs then simply has no policy objects. Uses the connection of --namespaces, which also "
-        "reads the GPUPolicyExceptions whatever this says",
+        "without the CRDs then simply has no policy objects. With cluster or both, a policy kind the server "
+        "cannot list (forbidden, not served, no answer) keeps it unready (/readyz says which and why). Uses "
+        "the connection of --namespaces, which also reads the GPUPolicyExceptions whatever this says",
+    )
+    parser.add_argument(
+        "--policy-watch-timeout",
+        type=int,
+        default=300,
+        metavar="SECONDS",
+        help="each watch of the GPUPolicies and overlays ends after this and starts again (default 300): the longest a "
+        "replica takes to notice that it may no longer read them (it then keeps the objects it had)",
     )
     parser.add_argument("--kubeconfig", help="kubeconfig for the namespace watch (default: in-cluster)")
     parser.add_argument("--context", help="kubeconfig context for the namespace watch")
@@ -163,14 +173,23 @@ def policy_sources(args: argparse.Namespace, connected: bool) -> tuple[bool, boo
     return wanted != "cluster", wanted != "files"
 
 
-def _policy_caches(api_client: ApiClient, timeout: float = 10.0) -> PolicyCaches:
+def _policy_caches(
+    api_client: ApiClient, args: argparse.Namespace, context: ClusterCaches | None, timeout: float = 10.0
+) -> PolicyCaches:
     """The policy objects' watch caches, started and (for up to `timeout` seconds) listed, so that the
-    first load already holds them; the server is not ready until a load has (webhook/server/app.py)."""
+    first load already holds them; the server is not ready until a load has, and until every policy
+    kind it reads (the exceptions' cache of `context` too) has been listed (webhook/server/app.py).
+    `--policies auto` reads a 404 (no CRDs) as "no objects"; cluster and both are not ready without them."""
     from webhook.kube.policies import PolicyCaches
 
-    caches = PolicyCaches(api_client)
+    caches = PolicyCaches(
+        api_client,
+        absent_ok=args.policies == "auto",
+        exceptions=context.exceptions if context is not None else None,
+        watch_timeout=args.policy_watch_timeout,
+    )
     caches.start()
-    if not caches.wait_synced(timeout):
+    if not caches.wait_answered(timeout):
         _log().warning("policy objects not listed within %.0fs; loading the files first", timeout)
     return caches
 
@@ -203,7 +222,7 @@ def _status_writer(api_client: ApiClient, server: Server, metrics: Metrics, cach
     )
 
 
-def _namespace_cache(api_client: ApiClient | None) -> NamespaceSource | None:
+def _namespace_cache(api_client: ApiClient | None) -> ClusterCaches | None:
     """The cluster's watch caches (namespaces, PriorityClasses, DRA claims), or None without a cluster."""
     if api_client is None:
         return None
@@ -359,9 +378,10 @@ def _serve(config: ServerConfig, args: argparse.Namespace, writer: bool = True) 
     files, cluster = policy_sources(args, api_client is not None)
     if not files:
         config = dataclasses.replace(config, rules=[])
-    caches = _policy_caches(api_client) if cluster and api_client is not None else None
+    context = _namespace_cache(api_client)
+    caches = _policy_caches(api_client, args, context) if cluster and api_client is not None else None
     try:
-        server = Server(config, namespaces=_namespace_cache(api_client), policies=caches)
+        server = Server(config, namespaces=context, policies=caches)
     except (ValueError, OSError) as error:
         raise UsageError(f"cannot start:\n{error}") from None
     status = None

@@ -97,9 +97,14 @@ _SUITES = frozenset({TEST_KIND})
 
 
 def load_rules(
-    paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], objects: Iterable[Document] = ()
+    paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str],
+    objects: Iterable[Document] = (),
+    absent: Iterable[str] = (),
 ) -> LoadResult:
-    """The rule files under `paths`, and `objects` (policy objects read from a cluster) after them."""
+    """The rule files under `paths`, and `objects` (policy objects read from a cluster) after them.
+
+    `absent` names rules that exist but are left out of this load (policy objects that did not load,
+    webhook/policies/isolation.py): an overlay or exception that names one is not an error for it."""
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
     paths = list(paths)
@@ -115,12 +120,14 @@ def load_rules(
         except (OSError, UnicodeDecodeError) as error:
             errors.append(LoadError(SourceLocation(file, 1, 1), f"cannot read: {error}"))
     documents.extend(objects)
-    result = compile_documents(documents, errors)
+    result = compile_documents(documents, errors, absent)
     result.files = files
     return result
 
 
-def compile_documents(documents: list[Document], errors: list[LoadError] | None = None) -> LoadResult:
+def compile_documents(
+    documents: list[Document], errors: list[LoadError] | None = None, absent: Iterable[str] = ()
+) -> LoadResult:
     """GPUPolicy, GPUPolicyOverlay, GPUPolicyException and GPUWebhookConfig documents -> a LoadResult.
 
     Overlays rewrite the GPUPolicy documents before they are compiled (overlays.py), so whatever
@@ -160,7 +167,8 @@ def compile_documents(documents: list[Document], errors: list[LoadError] | None 
         )
 
     valid: list[Document] = []
-    named: dict[str, bool] = {}  # every rule name written, -> whether it accepts exceptions
+    # every rule name written, -> whether it accepts exceptions; `absent` ones are known, and left out
+    named: dict[str, bool] = dict.fromkeys(absent, True)
     for document in policies:
         name = _rule_name(document.data)
         if name is not None:

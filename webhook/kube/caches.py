@@ -123,7 +123,9 @@ class ExceptionCache(PolicyObjectCache):
     resource = ("gpu-webhook.io", EXCEPTION.plural)
 
     def __init__(self, api_client: ApiClient, **options: Any) -> None:
-        super().__init__(api_client, EXCEPTION, **options)
+        # without the CRD, no exceptions; a replica that uses the policy kinds requires it instead
+        # (webhook.kube.PolicyCaches sets absent_ok from `serve --policies`)
+        super().__init__(api_client, EXCEPTION, absent_ok=True, **options)
         self._parsed: dict[str, tuple[PolicyException, ...]] = {}
         self._parsed_of: tuple[int, str | None] | None = None
         self._rejected: set[tuple[str, str, str]] = set()  # (namespace, name, resourceVersion) logged

@@ -50,6 +50,7 @@ class LoadState(Protocol):
     errors: list[LoadError]
     attempted: dict[Key, PolicyObject]
     running: dict[Key, int]
+    rejected: dict[Key, list[LoadError]]
 
 
 class LiveObjects(Protocol):
@@ -64,16 +65,18 @@ def replica_entry(replica: str, obj: PolicyObject, state: LoadState) -> dict[str
     running = state.running.get(obj.key)
     if running is not None:
         entry["observedGeneration"] = running
-    errors = errors_about(state.errors, obj.label)
+    errors = state.rejected.get(obj.key) or errors_about(state.errors, obj.label)
     entry["ready"] = running == obj.generation and not errors
     if errors:
         entry["reason"] = "Invalid"
         entry["message"] = summary(errors)
+        if running is not None and running != obj.generation:
+            entry["message"] += f"\ngeneration {running} stays in use"
     elif running != obj.generation:
         entry["reason"] = "NotLoaded"
         elsewhere = len(state.errors)
         entry["message"] = (
-            f"the rules did not load ({elsewhere} problem(s) in other policies or files: see the server's "
+            f"the rule files did not load ({elsewhere} problem(s): see the server's "
             "/readyz and log); the last good rules stay in use"
             if elsewhere
             else "not loaded yet"

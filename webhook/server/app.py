@@ -274,10 +274,12 @@ def readiness(state: ServerState) -> tuple[bool, dict[str, Any]]:
     }
     ready = rules.ruleset is not None and not state.stopping
     if rules.cluster is not None:
-        # serve --policies cluster|both: ready once a load has read the listed policy objects (a
-        # broken one does not make the replica unready: the last good rules serve, its status says why)
+        # serve --policies cluster|both: ready once a load has read the listed policy objects and every
+        # policy kind has been listed (a 403, 404 or no answer names the kind under `unavailable`). A
+        # broken object does not make the replica unready: it alone is left out (`rejected`, its status
+        # says why); neither does access lost after the first list (`degraded`: the last objects serve)
         detail["policies"] = rules.cluster_detail()
-        ready = ready and rules.cluster_loaded
+        ready = ready and rules.cluster_loaded and not detail["policies"]["unavailable"]
     if state.namespaces is not None:
         # until the first list, rules that read namespaceObject fall back to onMissingContext;
         # a stale watch is reported (and counted) but keeps the replica ready: failing every
@@ -408,6 +410,12 @@ class Server:
             for cache_name in namespaces.detail():
                 self.metrics.watch_stale.labels(cache_name).set_function(
                     lambda c=cache_name: float(bool(namespaces.detail().get(c, {}).get("stale")))  # type: ignore[misc]
+                )
+        policies = self.state.rules.cluster
+        if policies is not None:
+            for kind in policies.kinds():
+                self.metrics.policy_source_ready.labels(kind).set_function(
+                    lambda k=kind: float(k not in policies.unavailable() and k not in policies.degraded())  # type: ignore[misc]
                 )
         if self.state.registration is not None:
             self.state.registration.start()

@@ -169,6 +169,21 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        # webhook/policies/isolation.py and webhook/kube/policies.py: labels are the policy kinds
+        self.policy_objects_rejected = Gauge(
+            "gpu_webhook_policy_objects_rejected",
+            "Policy objects the last load left out because they do not load (each Ready=False with the "
+            "reason in its status), by kind; every other rule and object serves.",
+            ["kind"],
+            registry=r,
+        )
+        self.policy_source_ready = Gauge(
+            "gpu_webhook_policy_source_ready",
+            "1 while the replica can list and watch a policy kind it uses, else 0 (forbidden, not served, no "
+            "answer: never listed keeps the replica unready; listed before, its last objects stay in use), by kind.",
+            ["kind"],
+            registry=r,
+        )
         self.cert_reloads = Counter("gpu_webhook_certificate_reloads", "Serving certificate reloads.", registry=r)
         self.cert_reload_failures = Counter(
             "gpu_webhook_certificate_reload_failures",

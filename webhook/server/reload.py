@@ -6,11 +6,18 @@ way a file can change, including a ConfigMap or Secret mount, where kubelet swap
 
 Rules come from files (`paths`) and, with `serve --policies cluster|both`, from the GPUPolicy and
 GPUPolicyOverlay objects of the cluster (`cluster`: their watch caches, webhook/kube/policies.py).
-Both go through the one loader in one load (objects after files), so an object gets the same checks,
-the same hot reload and the same last-good behaviour as a file, and a rule name defined by both is a
-duplicate: the load fails and says where (log, /readyz, the object's status), and the last good rule
-set keeps serving. A change of an object's spec (its generation), labels or annotations is a change
-of the rules; its status, written by the replicas themselves, is not.
+Both go through the one loader in one load (objects after files, oldest first), so an object gets the
+same checks and the same hot reload as a file. An object that does not load is the only one left out
+(webhook/policies/isolation.py): every file rule and every other object serves, at start-up, at reload
+and after a restart, and the object left out is reported (log, /readyz, its status Ready=False,
+`gpu_webhook_policy_objects_rejected{kind}`). An object whose new generation is left out keeps running
+the generation this replica ran before, as a rule file does (after a restart there is none to keep). A rule file that does not load fails the whole load: the
+last good rule set keeps serving (at start-up there is none, and the server does not start). A
+change of an object's spec (its generation), labels or annotations is a change of the rules; its
+status, written by the replicas themselves, is not.
+
+The caches keep the objects they last listed when the cluster stops answering or forbids the list
+(webhook/kube/policies.py), so a replica that loses its read access keeps the policies it had.
 """
 
 from __future__ import annotations
@@ -26,9 +33,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from webhook.certs import CERT_FILE, KEY_FILE, certificate_not_after
-from webhook.engine import LoadError, RuleSet, load_rules, rule_files
+from webhook.engine import OVERLAY_KIND, POLICY_KIND, LoadError, RuleSet, rule_files
 from webhook.kube.policies import SpecVersion, spec_version
-from webhook.policies.objects import PolicyObject, policy_object
+from webhook.policies.isolation import isolated_load, load_order
+from webhook.policies.objects import PolicyObject, policy_object, summary
 from webhook.server.memory import settle
 from webhook.server.metrics import Metrics
 
@@ -59,6 +67,21 @@ class PolicySource(Protocol):
 
     def detail(self) -> dict[str, Any]: ...
 
+    def kinds(self) -> list[str]:
+        """The policy kinds the replica reads (the label values of gpu_webhook_policy_source_ready)."""
+        ...
+
+    def unavailable(self) -> dict[str, str]:
+        """Kind -> why, for each kind the replica must read and has never listed (403, 404, no answer)."""
+        ...
+
+    def degraded(self) -> dict[str, str]:
+        """Kind -> why, for each kind listed before that cannot be read now (its last objects stay)."""
+        ...
+
+
+REJECTED_KINDS = (POLICY_KIND, OVERLAY_KIND)  # the label values of gpu_webhook_policy_objects_rejected
+
 
 @dataclass
 class RuleStore:
@@ -74,35 +97,30 @@ class RuleStore:
     # the policy objects of the last load tried, and (kind, namespace, name) -> generation of those in use
     attempted: dict[tuple[str, str, str], PolicyObject] = field(default_factory=dict)
     running: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    # the policy objects the last load left out, with why (located at each object)
+    rejected: dict[tuple[str, str, str], list[LoadError]] = field(default_factory=dict)
     cluster_loaded: bool = False  # a load has read the policy objects after their caches listed them
     _fingerprint: Fingerprint = ()
     _objects_version: SpecVersion = ()
+    _good: dict[tuple[str, str, str], PolicyObject] = field(default_factory=dict)  # the versions in use
 
     def _current_fingerprint(self) -> Fingerprint:
         return fingerprint(rule_files(p for p in self.paths if os.path.exists(p)))
 
     def load(self) -> bool:
-        """(Re)load synchronously; on failure keep the last good rule set. Runs in a worker thread."""
+        """(Re)load synchronously, leaving out the policy objects that do not load; when a rule file does
+        not, keep the last good rule set. Runs in a worker thread."""
         self._fingerprint = self._current_fingerprint()
         synced = self.cluster is not None and self.cluster.synced
         raw = self.cluster.objects() if self.cluster is not None else []
         self._objects_version = spec_version(raw)
-        objects = [policy_object(obj) for obj in raw]
-        result = load_rules(self.paths, [o.document for o in objects])
+        objects = [policy_object(obj) for obj in sorted(raw, key=load_order)]
+        outcome = isolated_load(self.paths, objects, self._good)
         self.attempted = {o.key: o for o in objects}
         self.attempts += 1
         self.cluster_loaded = self.cluster_loaded or synced
-        if result.ruleset is None and self.ruleset is None and objects:
-            # nothing good to keep yet (start-up): the files alone serve until the objects are fixed;
-            # the objects' errors stay reported (log, /readyz, their status)
-            alone = load_rules(self.paths)
-            if alone.ruleset is not None:
-                self._swap(alone.ruleset, {})
-                self.errors = result.errors
-                self.metrics.reload_ok.set(0)
-                for error in self.errors:
-                    log.error("policy object rejected; serving the rule files alone", extra={"error": str(error)})
-                return True
+        self._reject(outcome.rejected)
+        result = outcome.result
         if result.ruleset is None:
             self.errors = result.errors
             self.metrics.reload_failures.inc()
@@ -110,10 +128,27 @@ class RuleStore:
             for error in self.errors:
                 log.error("rule file rejected", extra={"error": str(error), "kept_generation": self.generation})
             return False
-        self._swap(result.ruleset, {o.key: o.generation for o in objects})
+        self._swap(result.ruleset, {o.key: o.generation for o in outcome.loaded})
+        self._good = {o.key: o for o in outcome.loaded}
+        for obj in outcome.kept:
+            log.warning(
+                "policy object: its new generation is rejected; the previous one stays in use",
+                extra={"policy": obj.label, "generation": obj.generation},
+            )
         self.errors = []
         self.metrics.reload_ok.set(1)
         return True
+
+    def _reject(self, rejected: dict[tuple[str, str, str], list[LoadError]]) -> None:
+        """Keep, count (by kind) and log the policy objects left out of the load."""
+        self.rejected = rejected
+        for kind in REJECTED_KINDS:
+            self.metrics.policy_objects_rejected.labels(kind).set(sum(1 for key in rejected if key[0] == kind))
+        for key, errors in rejected.items():
+            log.error(
+                "policy object rejected; every other rule and policy object serves",
+                extra={"policy": "/".join(part for part in key if part), "error": summary(errors)},
+            )
 
     def _swap(self, ruleset: RuleSet, running: dict[tuple[str, str, str], int]) -> None:
         self.ruleset = ruleset
@@ -145,6 +180,12 @@ class RuleStore:
             "loaded": self.cluster_loaded,
             "caches": self.cluster.detail(),
             "inUse": sorted("/".join(part for part in key if part) for key in self.running),
+            "rejected": {
+                "/".join(part for part in key if part): summary(e) for key, e in sorted(self.rejected.items())
+            },
+            # never listed: the replica is not ready; listed before: the last objects serve, not read now
+            "unavailable": self.cluster.unavailable(),
+            "degraded": self.cluster.degraded(),
         }
 
 
