@@ -164,6 +164,7 @@ SLOW: dict[str, str] = {
     "tests/deploy/test_install_safety.py": "renders every overlay with a fresh CA; a live server",
     "tests/deploy/test_render.py": "renders every overlay, validated against the Kubernetes OpenAPI schemas",
     "tests/authoring/test_schema.py::test_schemas_are_valid_and_accept_the_pack": "validates every rule file",
+    "tests/deploy/test_certs_names.py::test_the_server_is_reached_by_each_name_and_address": "a live server",
 }
 
 
