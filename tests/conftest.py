@@ -165,6 +165,9 @@ SLOW: dict[str, str] = {
     "tests/deploy/test_render.py": "renders every overlay, validated against the Kubernetes OpenAPI schemas",
     "tests/authoring/test_schema.py::test_schemas_are_valid_and_accept_the_pack": "validates every rule file",
     "tests/deploy/test_certs_names.py::test_the_server_is_reached_by_each_name_and_address": "a live server",
+    "tests/deploy/test_runtime_layout.py": "builds a wheel, runs `serve` from a --target install as uid 65532",
+    "tests/deploy/test_version.py::test_the_version_is_gits": "subprocess (setuptools-scm)",
+    "tests/deploy/test_version.py::test_a_tree_without_git_builds_as_an_unknown_version": "subprocess (setup.py)",
 }
 
 

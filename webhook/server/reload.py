@@ -29,6 +29,7 @@ from webhook.certs import CERT_FILE, KEY_FILE, certificate_not_after
 from webhook.engine import LoadError, RuleSet, load_rules, rule_files
 from webhook.kube.policies import SpecVersion, spec_version
 from webhook.policies.objects import PolicyObject, policy_object
+from webhook.server.build import BuildGuard
 from webhook.server.memory import settle
 from webhook.server.metrics import Metrics
 
@@ -75,6 +76,7 @@ class RuleStore:
     attempted: dict[tuple[str, str, str], PolicyObject] = field(default_factory=dict)
     running: dict[tuple[str, str, str], int] = field(default_factory=dict)
     cluster_loaded: bool = False  # a load has read the policy objects after their caches listed them
+    build: BuildGuard | None = None  # refuses a pack of another installed engine; labels the pack in use
     _fingerprint: Fingerprint = ()
     _objects_version: SpecVersion = ()
 
@@ -84,6 +86,12 @@ class RuleStore:
     def load(self) -> bool:
         """(Re)load synchronously; on failure keep the last good rule set. Runs in a worker thread."""
         self._fingerprint = self._current_fingerprint()
+        refused = self.build.refusal(self.paths) if self.build is not None and self.ruleset is not None else None
+        if refused is not None:
+            self.metrics.reload_failures.inc()
+            self.metrics.reload_ok.set(0)
+            log.error("rule reload refused", extra={"error": refused, "kept_generation": self.generation})
+            return False
         synced = self.cluster is not None and self.cluster.synced
         raw = self.cluster.objects() if self.cluster is not None else []
         self._objects_version = spec_version(raw)
@@ -121,6 +129,8 @@ class RuleStore:
         self.running = running
         self.metrics.rules_generation.set(self.generation)
         self.metrics.rules_loaded.set(len(ruleset.rules))
+        if self.build is not None:
+            self.build.loaded(self.paths)
         log.info(
             "rules loaded",
             extra={"generation": self.generation, "rules": len(ruleset.rules), "policyObjects": len(running)},
