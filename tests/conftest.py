@@ -169,6 +169,7 @@ SLOW: dict[str, str] = {
     "tests/deploy/test_version.py::test_the_version_is_gits": "subprocess (setuptools-scm)",
     "tests/deploy/test_alerts.py::test_each_alert_is_proven_to_fire_and_to_stay_quiet": "promtool runs, 3 per alert",
     "tests/deploy/test_alerts.py::test_every_metric_of_the_alerts_and_the_dashboard_is_served": "a live server",
+    "tests/helm": "Helm v4 (libhelm) renders of the chart beside `manifests` renders; a real apiserver",
     "tests/deploy/test_version.py::test_a_tree_without_git_builds_as_an_unknown_version": "subprocess (setup.py)",
 }
 

@@ -37,7 +37,7 @@ from webhook.version import pack_digest
 pytestmark = pytest.mark.slow  # a wheel build, a server process
 NONROOT = 65532  # the distroless image's "nonroot" user (Dockerfile USER 65532:65532)
 SETPRIV = shutil.which("setpriv")
-VERSION = "1.2.3"  # SETUPTOOLS_SCM_PRETEND_VERSION, as the Dockerfile's VERSION build argument sets it
+UPGRADE = "99.0.0"  # the version `pip install --upgrade` brings under the running server
 
 
 @pytest.fixture(scope="module")
@@ -51,18 +51,17 @@ def world() -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def target(world: Path) -> Path:
-    """The wheel built from this checkout, installed with `pip install --target` and byte-compiled, as the builder stage does."""
+    """The wheel built from this checkout (git's version), installed with `pip install --target` and
+    byte-compiled, as the builder stage does."""
     dist = world / "dist"
-    env = {**os.environ, "SETUPTOOLS_SCM_PRETEND_VERSION": VERSION}
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(REPO)],
         capture_output=True,
         text=True,
-        env=env,
         check=False,
     )
     assert build.returncode == 0, build.stderr
-    (wheel,) = dist.glob(f"gpu_webhook-{VERSION}-*.whl")
+    (wheel,) = dist.glob("gpu_webhook-*.whl")
     install = world / "opt-gpu-webhook"
     done = subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(install), str(wheel)],
@@ -73,6 +72,11 @@ def target(world: Path) -> Path:
     assert done.returncode == 0, done.stderr
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(install)], check=True)
     return install
+
+
+def version_of(install: Path) -> str:
+    (info,) = install.glob("gpu_webhook-*.dist-info")
+    return re.search(r"^Version: (.*)$", (info / "METADATA").read_text(), flags=re.M).group(1)
 
 
 def read_only(tree: Path) -> None:
@@ -180,9 +184,8 @@ def test_the_runtime_layout_starts_and_serves_as_nonroot(target: Path, world: Pa
         )
         wait_for(lambda: get(f"https://localhost:{port}/readyz", context)[0] == 200, server, "became ready")
         status, page = get(f"http://127.0.0.1:{metrics}/metrics")
-        assert (
-            status == 200 and f'gpu_webhook_build_info{{pack="{pack_digest([rules])}",version="{VERSION}"}} 1.0' in page
-        )
+        info = f'gpu_webhook_build_info{{pack="{pack_digest([rules])}",version="{version_of(install)}"}} 1.0'
+        assert status == 200 and info in page
         owner = subprocess.run(["ps", "-o", "uid=", "-p", str(server.pid)], capture_output=True, text=True, check=False)
         assert owner.stdout.strip() == str(NONROOT)
     finally:
@@ -197,31 +200,31 @@ def test_an_upgrade_under_a_running_server_is_reported_and_its_pack_not_loaded(t
     install = world / "upgrade" / "install"
     shutil.copytree(target, install)
     packaged = install / "webhook" / "data" / "rules"
+    version = version_of(install)
     port, metrics = free_port(), free_port()
     server = serve(install, paths, port, metrics)  # the default rules: the installed package's own pack
     page = lambda: get(f"http://127.0.0.1:{metrics}/metrics")[1]  # noqa: E731
     try:
         wait_for(lambda: "gpu_webhook_rules_generation 1.0" in page(), server, "loaded its rules")
         first = page()
-        assert f'gpu_webhook_build_info{{pack="{pack_digest([packaged])}",version="{VERSION}"}} 1.0' in first
+        assert f'gpu_webhook_build_info{{pack="{pack_digest([packaged])}",version="{version}"}} 1.0' in first
         assert "gpu_webhook_package_changed 0.0" in first
         # `pip install --upgrade gpu-webhook` as it lands on disk: the new version's dist-info replaces the
         # old one, and the new wheel's rule files replace the old ones in place
-        (old,) = install.glob(f"gpu_webhook-{VERSION}.dist-info")
-        new = install / "gpu_webhook-1.2.4.dist-info"
+        (old,) = install.glob("gpu_webhook-*.dist-info")
+        new = install / f"gpu_webhook-{UPGRADE}.dist-info"
         old.rename(new)
         metadata = new / "METADATA"
-        metadata.write_text(re.sub(r"^Version: .*$", "Version: 1.2.4", metadata.read_text(), count=1, flags=re.M))
+        metadata.write_text(re.sub(r"^Version: .*$", f"Version: {UPGRADE}", metadata.read_text(), count=1, flags=re.M))
         rule = packaged / "gpu-cost-labels.yaml"
-        rule.write_text(rule.read_text() + "\n# a rule of 1.2.4\n")
+        rule.write_text(rule.read_text() + f"\n# a rule of {UPGRADE}\n")
         wait_for(lambda: "gpu_webhook_package_changed 1.0" in page(), server, "reported the changed package")
         wait_for(lambda: "gpu_webhook_rules_reload_failures_total 1.0" in page(), server, "refused the new pack")
         after = page()
         assert "gpu_webhook_rules_generation 1.0" in after  # the rules it started with keep serving
-        assert (
-            f'version="{VERSION}"' in after and "1.2.4" not in after.split("gpu_webhook_build_info{")[1].split("\n")[0]
-        )
+        (info,) = [line for line in after.splitlines() if line.startswith("gpu_webhook_build_info{")]
+        assert f'version="{version}"' in info  # the running engine's, not the installed one's
     finally:
         output = stop(server)
-    assert "changed under the running server" in output and '"installed":"1.2.4"' in output, output
+    assert "changed under the running server" in output and f'"installed":"{UPGRADE}"' in output, output
     assert "rule reload refused" in output
