@@ -211,3 +211,15 @@ def test_a_given_secret_is_used_with_its_ca(ca_dir: Path) -> None:
         for w in o["webhooks"]
     }
     assert bundles == {base64.b64encode(pem.encode()).decode()}
+
+
+@pytest.mark.parametrize("mode", ["audit", "enforce"])
+def test_notes_say_what_to_do_next(mode: str) -> None:
+    values = {"mode": mode, "image": {"repository": "reg.example/gw", "digest": "sha256:" + "2" * 64}}
+    notes = load().render(values, name="gpu-webhook", namespace="gpu-webhook", is_install=True)[
+        "gpu-webhook/templates/NOTES.txt"
+    ]
+    assert f"mode {mode}, failurePolicy {'Ignore' if mode == 'audit' else 'Fail'}" in notes
+    assert "pod-security.kubernetes.io/enforce=restricted" in notes and "gpu-webhook.io/tenant=true" in notes
+    assert "kubectl apply --server-side -f crds/" in notes  # Helm never upgrades CRDs itself
+    assert ("--set mode=enforce" in notes) == (mode == "audit") and ("§6" in notes) == (mode == "enforce")
