@@ -221,5 +221,5 @@ def test_notes_say_what_to_do_next(mode: str) -> None:
     ]
     assert f"mode {mode}, failurePolicy {'Ignore' if mode == 'audit' else 'Fail'}" in notes
     assert "pod-security.kubernetes.io/enforce=restricted" in notes and "gpu-webhook.io/tenant=true" in notes
-    assert "kubectl apply --server-side -f crds/" in notes  # Helm never upgrades CRDs itself
+    assert "kubectl apply --server-side --force-conflicts -f crds/" in notes  # Helm never upgrades CRDs itself
     assert ("--set mode=enforce" in notes) == (mode == "audit") and ("§6" in notes) == (mode == "enforce")

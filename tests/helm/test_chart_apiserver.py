@@ -9,7 +9,9 @@ accepts and stores, not that replicas start (tests/deploy/test_runtime_layout.py
 from __future__ import annotations
 
 import copy
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -173,3 +175,30 @@ def test_install_then_upgrade_keeps_the_clusters_policies_and_the_ca(apiserver: 
         assert kept["metadata"]["resourceVersion"] == version, (kind, name)
     for crd in ("gpupolicies", "gpupolicyoverlays", "gpupolicyexceptions"):
         assert get(apiserver, "apiextensions.k8s.io/v1", "CustomResourceDefinition", f"{crd}.gpu-webhook.io")
+
+
+def test_helm_leaves_crds_alone_and_the_documented_apply_updates_them(apiserver: EnvTest, tmp_path: Path) -> None:
+    """Helm installs crds/ once and never upgrades them (helm.sh/docs/chart_best_practices/custom_resource_definitions:
+    "There is no support at this time for upgrading or deleting CRDs using Helm"), so docs/operations.md §3.0 applies
+    them first: `kubectl apply --server-side --force-conflicts -f crds/` (the force takes the fields over from Helm)."""
+    config = helm.Config(kubeconfig_path=str(apiserver.kubeconfig), namespace=NAMESPACE)
+    if apiserver.request("GET", f"/api/v1/namespaces/{NAMESPACE}/secrets/gpu-webhook-tls").status == 404:
+        config.install(CHART, "gpu-webhook", {}, namespace=NAMESPACE, wait="hookOnly", timeout=120)
+    chart = tmp_path / "gpu-webhook"
+    shutil.copytree(CHART, chart)
+    crds = [d for d in yaml.safe_load_all((chart / "crds" / "gpu-webhook.yaml").read_text()) if d]
+    crds[0]["spec"]["names"]["categories"] = [*crds[0]["spec"]["names"]["categories"], "gpu-next"]
+    (chart / "crds" / "gpu-webhook.yaml").write_text(yaml.safe_dump_all(crds))
+    name = crds[0]["metadata"]["name"]
+    config.upgrade(chart, "gpu-webhook", {}, namespace=NAMESPACE, wait="hookOnly", timeout=120)
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+    assert "gpu-next" not in apiserver.request("GET", path).body["spec"]["names"]["categories"]  # Helm left it
+    applied = apiserver.request(
+        "PATCH",
+        path,
+        crds[0],
+        {"fieldManager": "kubectl", "force": "true"},
+        headers={"Content-Type": "application/apply-patch+yaml"},
+    )
+    assert applied.ok, applied.message
+    assert "gpu-next" in apiserver.request("GET", path).body["spec"]["names"]["categories"]
