@@ -31,13 +31,16 @@ def installed_version() -> str:
     from importlib import metadata
 
     try:
-        return metadata.version(DISTRIBUTION)
+        found = metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
         try:
             from webhook._version import version  # type: ignore[import-not-found,unused-ignore]
         except ImportError:
             return UNKNOWN
         return str(version)
+    except (OSError, ValueError, UnicodeError):  # a dist-info half written or unreadable (an upgrade under way)
+        return UNKNOWN
+    return found or UNKNOWN  # a METADATA without its Version field
 
 
 def pack_files(paths: Iterable[str | os.PathLike[str]]) -> list[str]:

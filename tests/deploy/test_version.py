@@ -97,3 +97,16 @@ def test_build_info_follows_the_pack_in_use(tmp_path: Path) -> None:
     assert f'gpu_webhook_build_info{{pack="{pack_digest([rules])}",version="9.9.9"}} 1.0' in page
     assert "gpu_webhook_package_changed 1.0" in page
     assert store.generation == 2
+
+
+def test_an_unreadable_installation_is_an_unknown_version_not_an_error(monkeypatch) -> None:
+    """Read in the reload thread before every reload: a dist-info caught mid-upgrade must not stop reloads."""
+    from webhook import version as module
+
+    def unreadable(name: str) -> str:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(metadata, "version", unreadable)
+    assert module.installed_version() == module.UNKNOWN
+    monkeypatch.setattr(metadata, "version", lambda name: None)  # METADATA without a Version
+    assert module.installed_version() == module.UNKNOWN
