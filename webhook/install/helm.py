@@ -222,9 +222,7 @@ def chart_yaml(version: str) -> str:
             "version": version,
             "appVersion": version,
             "kubeVersion": ">=1.30.0-0",
-            "home": "https://github.com/gpu-webhook/gpu-webhook",
             "keywords": ["gpu", "admission-webhook", "policy", "kueue", "nvidia"],
-            "annotations": {"artifacthub.io/license": "Apache-2.0"},
         }
     )
 
