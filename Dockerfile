@@ -9,7 +9,10 @@
 # Pin both base images by digest in your build (FROM image@sha256:...).
 
 FROM python:3.11-slim-bookworm AS builder
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# the build context has no .git: pass the version (`--build-arg VERSION=$(python -m setuptools_scm)`);
+# without it the package says 0+unknown (setup.py)
+ARG VERSION=""
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 SETUPTOOLS_SCM_PRETEND_VERSION=${VERSION}
 WORKDIR /src
 COPY pyproject.toml setup.py MANIFEST.in README.md ./
 COPY webhook ./webhook

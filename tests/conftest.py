@@ -176,6 +176,13 @@ SLOW: dict[str, str] = {
     "tests/deploy/test_install_safety.py": "renders every overlay with a fresh CA; a live server",
     "tests/deploy/test_render.py": "renders every overlay, validated against the Kubernetes OpenAPI schemas",
     "tests/authoring/test_schema.py::test_schemas_are_valid_and_accept_the_pack": "validates every rule file",
+    "tests/deploy/test_certs_names.py::test_the_server_is_reached_by_each_name_and_address": "a live server",
+    "tests/deploy/test_runtime_layout.py": "builds a wheel, runs `serve` from a --target install as uid 65532",
+    "tests/deploy/test_version.py::test_the_version_is_gits": "subprocess (setuptools-scm)",
+    "tests/deploy/test_alerts.py::test_each_alert_is_proven_to_fire_and_to_stay_quiet": "promtool runs, 3 per alert",
+    "tests/deploy/test_alerts.py::test_every_metric_of_the_alerts_and_the_dashboard_is_served": "a live server",
+    "tests/helm": "Helm v4 (libhelm) renders of the chart beside `manifests` renders; a real apiserver",
+    "tests/deploy/test_version.py::test_a_tree_without_git_builds_as_an_unknown_version": "subprocess (setup.py)",
 }
 
 

@@ -1,3 +1,4 @@
-"""gpu-webhook: admission policy for GPU workloads on shared Kubernetes clusters."""
+"""gpu-webhook: admission policy for GPU workloads on shared Kubernetes clusters.
 
-__version__ = "0.1.0"
+Its version is git's, read from the installed metadata: webhook.version.
+"""

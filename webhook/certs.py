@@ -2,7 +2,8 @@
 
 ECDSA P-256 keys (small, fast handshakes, accepted by every apiserver). The CA signs
 only certificates (keyCertSign, pathlen 0); the serving certificate is for TLS
-servers only (digitalSignature, serverAuth) and names the Service's DNS names.
+servers only (digitalSignature, serverAuth) and names whatever DNS names and IP addresses it is
+given (the Service's by default, see webhook.commands.certs).
 """
 
 from __future__ import annotations

@@ -38,12 +38,17 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def version() -> str:
-    from importlib import metadata  # 70 ms of imports and a scan of site-packages: only for --version
+    """The program's version and the default rule pack's digest (the pack `serve` and every door load
+    unless told otherwise): two facts, since a pack may change without the program, and back."""
+    from webhook.commands.common import default_rules_dir
+    from webhook.version import installed_version, pack_digest
 
+    rules = default_rules_dir()
     try:
-        return metadata.version("gpu-webhook")
-    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
-        return "unknown"
+        pack = f"rule pack sha256:{pack_digest([rules])} ({rules})"
+    except OSError as error:
+        pack = f"rule pack unreadable ({rules}: {error.strerror or error})"
+    return f"{installed_version()}\n{pack}"
 
 
 class _Version(argparse.Action):

@@ -1,8 +1,8 @@
 """Every command block (```sh) of the README and the docs runs as written, where it needs no cluster.
 
-Commands run with bash in a scratch directory holding copies of examples/ and rules/ (so
+Commands run with bash in a scratch directory holding copies of examples/, rules/ and manifests/ (so
 files they write stay out of the checkout), with `.venv` pointing at the test environment.
-Skipped, and only these: commands that need a cluster (kubectl, --cluster), that install
+Skipped, and only these: commands that need a cluster (kubectl, helm, --cluster), that install
 software (venv, pip, apt-get), run the minutes-long benchmark, or check the checkout itself (pytest,
 mypy: this suite and its type check, not a user's command), and synopses with [options].
 A `| kubectl apply -f -` tail is dropped: what gpu-webhook prints is still checked.
@@ -26,7 +26,7 @@ from tests.authoring.conftest import REPO
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^( *)```sh\n(.*?)^\1```", re.DOTALL | re.MULTILINE)
-NEEDS_MORE = re.compile(r"\bkubectl\b|--cluster|\bpip\b|\bapt-get\b|python3 -m venv|bench\.run|\bpytest\b|\bmypy\b|activate|\[-|\[--")
+NEEDS_MORE = re.compile(r"\bkubectl\b|\bhelm (install|upgrade)\b|--cluster|\bpip\b|\bapt-get\b|python3 -m venv|bench\.run|\bpytest\b|\bmypy\b|activate|\[-|\[--")
 
 
 def commands(doc: Path) -> list[str]:
@@ -56,6 +56,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("doc-commands")
     shutil.copytree(REPO / "examples", work / "examples")
     shutil.copytree(REPO / "rules", work / "rules")
+    shutil.copytree(REPO / "manifests", work / "manifests")
     shutil.copy(REPO / "examples" / "pod-notebook.yaml", work / "pod.yaml")
     (work / ".venv").symlink_to(Path(sys.prefix))
     return work

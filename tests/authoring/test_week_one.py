@@ -29,11 +29,15 @@ def test_the_readme_says_what_version_prints(capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])
     out = capsys.readouterr().out
-    # the program's version, nothing about the rules
+    # the program's version (git's: it changes with every commit), then the default pack's digest
     assert exit_.value.code == 0 and out == f"gpu-webhook {version()}\n"
+    program, pack = out.splitlines()
     readme = " ".join((REPO / "README.md").read_text().split())
     (claim,) = re.findall(r"`gpu-webhook --version` [^;]*", readme)
-    assert f"`{out.strip()}`" in claim and "not the rules" in claim, claim
+    shown = re.search(r"\(`(gpu-webhook [^`]+)`\)", claim)
+    assert shown and re.fullmatch(r"gpu-webhook \d+\.\d+(\.\d+)?(\.dev\d+\+g[0-9a-f]+)?", shown.group(1)), claim
+    assert program.startswith("gpu-webhook ") and pack.startswith("rule pack sha256:")
+    assert "setuptools-scm" in claim and "digest" in claim, claim
 
 
 def test_help_names_what_is_there() -> None:

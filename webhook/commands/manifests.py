@@ -50,9 +50,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--component",
         action="append",
         default=[],
-        choices=["cert-manager", "policyreports", "audit-cronjob"],
+        choices=["cert-manager", "policyreports", "audit-cronjob", "monitoring"],
         help="add a component (repeatable): cert-manager issues the certificate; policyreports lets the server "
-        "write PolicyReports; audit-cronjob runs `audit --cluster -o policyreport --apply` every hour",
+        "write PolicyReports; audit-cronjob runs `audit --cluster -o policyreport --apply` every hour; monitoring "
+        "adds the Prometheus Operator's ServiceMonitor and PrometheusRule (docs/operations.md §8)",
     )
     parser.add_argument("--ca", help="directory with ca.crt (and tls.crt/tls.key) from `gpu-webhook certs`")
     parser.add_argument("--no-secret", action="store_true", help="do not emit the TLS Secret")

@@ -26,6 +26,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from webhook.certs import CERT_FILE, KEY_FILE
 from webhook.engine import Limits, Mode, Phase
+from webhook.server.build import BuildGuard
 from webhook.server.connections import GuardedSite, shrink_tls_buffers
 from webhook.server.context import NamespaceSource
 from webhook.server.memory import settle, trim_periodically
@@ -343,7 +344,8 @@ class Server:
     ) -> None:
         self.config = config
         self.metrics = Metrics()
-        rules = RuleStore(paths=list(config.rules), metrics=self.metrics, cluster=policies)
+        self.build = BuildGuard(self.metrics.registry)
+        rules = RuleStore(paths=list(config.rules), metrics=self.metrics, cluster=policies, build=self.build)
         if not rules.load():
             raise ValueError("\n".join(str(e) for e in rules.errors))
         context = tls_context(config.cert_dir, config.client_ca)
@@ -421,7 +423,13 @@ class Server:
             self.state.registration.start()
         log.info(
             "serving",
-            extra={"address": f"https://{config.host}:{self.port}", "mode": str(config.mode), "rules": config.rules},
+            extra={
+                "address": f"https://{config.host}:{self.port}",
+                "mode": str(config.mode),
+                "rules": config.rules,
+                "version": self.build.version,
+                "pack": self.build.pack,
+            },
         )
 
     async def stop(self) -> None:

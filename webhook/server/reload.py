@@ -37,6 +37,7 @@ from webhook.engine import OVERLAY_KIND, POLICY_KIND, LoadError, RuleSet, rule_f
 from webhook.kube.policies import SpecVersion, spec_version
 from webhook.policies.isolation import isolated_load, load_order
 from webhook.policies.objects import PolicyObject, policy_object, summary
+from webhook.server.build import BuildGuard
 from webhook.server.memory import settle
 from webhook.server.metrics import Metrics
 
@@ -100,6 +101,7 @@ class RuleStore:
     # the policy objects the last load left out, with why (located at each object)
     rejected: dict[tuple[str, str, str], list[LoadError]] = field(default_factory=dict)
     cluster_loaded: bool = False  # a load has read the policy objects after their caches listed them
+    build: BuildGuard | None = None  # refuses a pack of another installed engine; labels the pack in use
     _fingerprint: Fingerprint = ()
     _objects_version: SpecVersion = ()
     _good: dict[tuple[str, str, str], PolicyObject] = field(default_factory=dict)  # the versions in use
@@ -111,6 +113,12 @@ class RuleStore:
         """(Re)load synchronously, leaving out the policy objects that do not load; when a rule file does
         not, keep the last good rule set. Runs in a worker thread."""
         self._fingerprint = self._current_fingerprint()
+        refused = self.build.refusal(self.paths) if self.build is not None and self.ruleset is not None else None
+        if refused is not None:
+            self.metrics.reload_failures.inc()
+            self.metrics.reload_ok.set(0)
+            log.error("rule reload refused", extra={"error": refused, "kept_generation": self.generation})
+            return False
         synced = self.cluster is not None and self.cluster.synced
         raw = self.cluster.objects() if self.cluster is not None else []
         self._objects_version = spec_version(raw)
@@ -156,6 +164,8 @@ class RuleStore:
         self.running = running
         self.metrics.rules_generation.set(self.generation)
         self.metrics.rules_loaded.set(len(ruleset.rules))
+        if self.build is not None:
+            self.build.loaded(self.paths)
         log.info(
             "rules loaded",
             extra={"generation": self.generation, "rules": len(ruleset.rules), "policyObjects": len(running)},
