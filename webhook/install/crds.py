@@ -100,6 +100,12 @@ EXCEPTION = PolicyResource(
         _AGE,
     ),
 )
+# GPUPolicyExceptions applied per namespace: past it, the newest are not applied (webhook/kube/caches.py)
+# and the /policies check refuses new ones (webhook/policies/admission.py). An exception is meant to be
+# rare and specific (one team's workload, one rule, until a date); 64 leaves room for that and bounds
+# what every request of the namespace walks (webhook/engine/exceptions.py `excepting`).
+# `serve --max-exceptions-per-namespace` sets it.
+MAX_EXCEPTIONS_PER_NAMESPACE = 64
 RESOURCES = (POLICY, OVERLAY, EXCEPTION)
 BY_KIND = {resource.kind: resource for resource in RESOURCES}
 
