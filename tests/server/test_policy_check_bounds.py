@@ -165,3 +165,33 @@ async def test_a_namespace_at_its_bound_gets_no_new_exception(cert_dir: Any) -> 
         )
         assert (await check(live, exception("two"), "UPDATE"))["allowed"] is True  # an update adds none
         assert (await check(live, exception("three", namespace="team-b")))["allowed"] is True
+
+
+async def test_the_platforms_policy_goes_before_waiting_exceptions_and_one_namespace_cannot_take_every_place(
+    cert_dir: Any,
+) -> None:
+    async with serve(cert_dir) as live:
+        finished: list[str] = []
+
+        async def timed(name: str, obj: dict[str, Any]) -> dict[str, Any]:
+            answer = await check(live, obj)
+            finished.append(name)
+            return answer
+
+        flood = [asyncio.ensure_future(timed(f"e{i}", exception(f"e{i}"))) for i in range(3)]
+        await asyncio.sleep(0.05)  # e0 runs, e1 and e2 wait: team-a's two places
+        fourth = await check(live, exception("e3"))
+        assert fourth["allowed"] is False and fourth["status"]["code"] == 429
+        assert "(2 of team-a waiting)" in fourth["status"]["message"]
+        flood.append(asyncio.ensure_future(timed("b0", exception("b0", namespace="team-b"))))  # it may wait
+        await asyncio.sleep(0.05)
+        policy = {
+            "apiVersion": "gpu-webhook.io/v1alpha1",
+            "kind": "GPUPolicy",
+            "metadata": {"name": "site-rule"},
+            "spec": {"match": {"kinds": ["Pod"]}, "validate": {"expression": "true", "message": "never"}},
+        }
+        assert (await timed("policy", policy))["allowed"] is True
+        assert [(await answer)["allowed"] for answer in flood] == [True] * 4
+        assert finished.index("policy") < finished.index("e1"), finished  # it did not wait behind the flood
+        assert finished[-1] == "b0"

@@ -18,8 +18,9 @@ namespace can send it, so its cost is bounded, cheapest first, and every refusal
    before any lint (the CRDs bound their fields far below both: webhook/install/crds.py);
 2. a new GPUPolicyException in a namespace that already has `max_exceptions_per_namespace` is refused
    (the server would not apply it: webhook/kube/caches.py);
-3. one check runs at a time and `queue` more may wait; beyond, the answer is at once a refusal with code
-   429 and `details.retryAfterSeconds`, which the apiserver passes on as its own 429 with a
+3. one check runs at a time and `queue` more may wait in each of two lanes (turns.py): the platform's
+   GPUPolicies and overlays first, then GPUPolicyExceptions, at most `per_namespace` of them from one
+   namespace; beyond, the answer is at once a refusal with code 429 and `details.retryAfterSeconds`, which the apiserver passes on as its own 429 with a
    `Retry-After` header (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/writers.go
    `ErrorNegotiated`), so kubectl and client-go retry by themselves;
 4. the check runs in a child process (checker.py) under a deadline: the registration's
@@ -30,7 +31,6 @@ namespace can send it, so its cost is bounded, cheapest first, and every refusal
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -45,6 +45,7 @@ from webhook.install.crds import BY_KIND, EXCEPTION, MAX_EXCEPTIONS_PER_NAMESPAC
 from webhook.install.registration import TIMEOUT_SECONDS
 from webhook.policies.checker import Checker, CheckTimeout
 from webhook.policies.objects import errors_about, policy_object, summary
+from webhook.policies.turns import Turns
 from webhook.server.admission import API_VERSION, KIND, ParsedReview, ReviewError, error_response, parse_review
 
 PATH = "/policies"
@@ -53,13 +54,15 @@ CHECKED_OPERATIONS = frozenset({"CREATE", "UPDATE"})
 MAX_REVIEW_BYTES = 1024 * 1024
 MAX_VALUES = 20_000  # values of one object: the 32-rule pack's largest GPUPolicy has ~300
 ANSWER_MARGIN = 0.5  # seconds before the apiserver's timeout at which a check is abandoned
+PLATFORM, NAMESPACES = "platform", "namespaces"  # the lanes: cluster-scoped kinds, then exceptions
 
 
 @dataclass(frozen=True)
 class CheckLimits:
     """How much work `/policies` takes on. `deadline`: seconds from a request's arrival to its answer."""
 
-    queue: int = 4  # checks waiting behind the running one; one more gets a 429
+    queue: int = 4  # checks waiting behind the running one, per lane; one more gets a 429
+    per_namespace: int = 2  # of the exceptions' places, what one namespace may hold
     deadline: float = TIMEOUT_SECONDS - ANSWER_MARGIN
     max_exceptions_per_namespace: int = MAX_EXCEPTIONS_PER_NAMESPACE
 
@@ -143,8 +146,7 @@ class PolicyCheck:
     ) -> None:
         self.sources, self.observe, self.limits, self.exceptions = sources, observe, limits, exceptions
         self.checker = Checker()
-        self._slot = asyncio.Semaphore(1)
-        self._in_flight = 0  # checks running or waiting for their turn
+        self._turns = Turns({PLATFORM: limits.queue, NAMESPACES: limits.queue}, limits.per_namespace)
         self._seconds = 1.0  # a recent check's duration (moving average): the Retry-After hint
 
     async def handle(self, request: web.Request) -> web.Response:
@@ -173,16 +175,18 @@ class PolicyCheck:
         if over:
             message = f"gpu-webhook refused {label}: {over}"
             return self._done(review, "denied", started, refusal(review.uid, 403, "Forbidden", message))
-        if self._in_flight > self.limits.queue:
-            retry = max(1, math.ceil(self._seconds * self._in_flight))
+        lane = NAMESPACES if review.kind == EXCEPTION.kind else PLATFORM
+        key = review.namespace or ""
+        busy = self._turns.refused(lane, key)
+        if busy:
+            retry = max(1, math.ceil(self._seconds * (self._turns.waiting(lane) + 1)))
             message = (
-                f"gpu-webhook is checking other policy objects ({self._in_flight - 1} waiting); {label} was not "
-                f"checked: retry in {retry} s"
+                f"gpu-webhook is checking other policy objects ({busy}); {label} was not checked: retry in {retry} s"
             )
             body = refusal(review.uid, 429, "TooManyRequests", message, retry_after=retry)
             return self._done(review, "busy", started, body)
         try:
-            found = await self._check(obj, started)
+            found = await self._check(obj, lane, key, started)
         except CheckTimeout as error:
             message = f"gpu-webhook could not check {label}: {error}; it is not admitted (retry, or simplify it)"
             return self._done(review, "timeout", started, refusal(review.uid, 504, "Timeout", message))
@@ -204,14 +208,11 @@ class PolicyCheck:
             f"(serve --max-exceptions-per-namespace {limit}); delete one, or widen one's match"
         )
 
-    async def _check(self, obj: dict[str, Any], started: float) -> list[LoadError]:
+    async def _check(self, obj: dict[str, Any], lane: str, key: str, started: float) -> list[LoadError]:
         """`problems` in the child process once it is this request's turn, within what is left of the deadline."""
-        self._in_flight += 1
         try:
-            left = self.limits.deadline - (time.perf_counter() - started)
-            await asyncio.wait_for(self._slot.acquire(), max(left, 0.0))
+            await self._turns.take(lane, key, self.limits.deadline - (time.perf_counter() - started))
         except TimeoutError:
-            self._in_flight -= 1
             raise CheckTimeout(f"its turn did not come within {self.limits.deadline:g} s") from None
         try:
             began = time.perf_counter()
@@ -223,8 +224,7 @@ class PolicyCheck:
             self._seconds = 0.7 * self._seconds + 0.3 * (time.perf_counter() - began)
             return found
         finally:
-            self._slot.release()
-            self._in_flight -= 1
+            self._turns.give()
 
     def _done(self, review: ParsedReview, decision: str, started: float, body: bytes) -> web.Response:
         self.observe(review.operation, review.kind, decision, time.perf_counter() - started)
