@@ -40,7 +40,7 @@ from typing import Any, Protocol
 import orjson
 from aiohttp import web
 
-from webhook.engine import LoadError
+from webhook.engine import LoadError, RuleSet, exception_errors
 from webhook.install.crds import BY_KIND, EXCEPTION, MAX_EXCEPTIONS_PER_NAMESPACE
 from webhook.install.registration import TIMEOUT_SECONDS
 from webhook.policies.checker import Checker, CheckTimeout
@@ -87,6 +87,7 @@ class RuleSources(Protocol):
     """Where the server's rules come from (its RuleStore): the rule files, and the cluster's policy objects."""
 
     paths: list[str]
+    ruleset: RuleSet | None  # the rules in use
 
     def cluster_objects(self) -> list[dict[str, Any]]: ...
 
@@ -100,6 +101,14 @@ def problems(obj: Mapping[str, Any], paths: Iterable[str], others: Iterable[Mapp
     documents = [o for o in documents if o.key != candidate.key]
     found = lint(list(paths), [*(o.document for o in documents), candidate.document])
     return errors_about(found, candidate.label)
+
+
+def exception_check(obj: Mapping[str, Any], rules: Mapping[str, bool]) -> list[LoadError]:
+    """What the loader finds in a GPUPolicyException among the rules in use (name -> exceptable), as lint
+    says it, at the cost of this one object: an exception changes no rule, so the rule files and the
+    other policy objects need no lint again."""
+    candidate = policy_object(obj)
+    return errors_about(exception_errors([candidate.document], rules), candidate.label)
 
 
 def answer(uid: str, kind: str, name: str, found: list[LoadError]) -> bytes:
@@ -219,12 +228,18 @@ class PolicyCheck:
             left = self.limits.deadline - (began - started)
             if left <= 0:
                 raise CheckTimeout(f"its turn did not come within {self.limits.deadline:g} s")
-            args = (obj, list(self.sources.paths), self.sources.cluster_objects())
-            found: list[LoadError] = await self.checker.run(problems, args, left)
+            found: list[LoadError] = await self.checker.run(*self._work(obj), left)
             self._seconds = 0.7 * self._seconds + 0.3 * (time.perf_counter() - began)
             return found
         finally:
             self._turns.give()
+
+    def _work(self, obj: dict[str, Any]) -> tuple[Callable[..., list[LoadError]], tuple[Any, ...]]:
+        """The check of `obj` and its arguments: an exception against the rules in use, else lint."""
+        ruleset = self.sources.ruleset
+        if obj.get("kind") == EXCEPTION.kind and ruleset is not None:
+            return exception_check, (obj, {rule.name: rule.exceptable for rule in ruleset.rules})
+        return problems, (obj, list(self.sources.paths), self.sources.cluster_objects())
 
     def _done(self, review: ParsedReview, decision: str, started: float, body: bytes) -> web.Response:
         self.observe(review.operation, review.kind, decision, time.perf_counter() - started)
