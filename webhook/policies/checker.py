@@ -21,7 +21,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 log = logging.getLogger("gpu_webhook.policies")
-NICENESS = 10  # below the server's admission work, which answers within milliseconds
+NICENESS = 5  # below the server's admission work (about a third of its CPU share when both are busy)
 
 
 class CheckTimeout(Exception):
