@@ -15,8 +15,8 @@ the GPU pod from `--clients` concurrent clients in `bench-tenant`:
                `--admin-interval` seconds (2; in the baseline too)
 
 For each phase: the tenants' p50/p99 and refused creates, the approver's answers by HTTP status, the
-admin's slowest apply and its statuses, the server's CPU seconds (its process and its check process),
-and, after the approver phase, the server's CPU in the `--idle` seconds after the approver stopped.
+admin's slowest apply and its statuses, the server's CPU seconds (its process and its check process) and
+the kube-apiserver's, and, after the approver phase, the server's CPU in the `--idle` seconds after the approver stopped.
 Prints approver p99 / baseline p99 of the same round against the goal (<= 1.5x, 0 refused, the admin
 within 2 s), and writes bench/results/tmp/approver-<timestamp>.json.
 """
@@ -225,6 +225,7 @@ async def admin(
 
 
 async def measure(env: EnvTest, server_pid: int, args: argparse.Namespace) -> list[dict[str, Any]]:
+    apiserver_pid = env._apiserver.pid if env._apiserver is not None else None
     context = ssl.create_default_context(cafile=str(env.ca_file))
     headers = {"Authorization": f"Bearer {env.token}", "Content-Type": "application/json", "Accept": "application/json"}
     connector = aiohttp.TCPConnector(limit=args.clients + args.approvers + 2, ssl=context)
@@ -236,6 +237,7 @@ async def measure(env: EnvTest, server_pid: int, args: argparse.Namespace) -> li
             for phase in ("baseline", "approver"):
                 stop = asyncio.Event()
                 cpu = cpu_seconds(server_pid)
+                api_cpu = cpu_seconds(apiserver_pid) if apiserver_pid else 0.0
                 began = time.perf_counter()
                 side = []
                 spawned = multiprocessing.get_context("spawn")
@@ -258,6 +260,7 @@ async def measure(env: EnvTest, server_pid: int, args: argparse.Namespace) -> li
                 row: dict[str, Any] = {"round": round_number, "phase": phase, "seconds": time.perf_counter() - began}
                 row.update(load)
                 row["server_cpu_s"] = cpu_seconds(server_pid) - cpu
+                row["apiserver_cpu_s"] = (cpu_seconds(apiserver_pid) - api_cpu) if apiserver_pid else 0.0
                 row["admin"] = done[-1]
                 if phase == "approver":
                     answers: dict[str, int] = {}
@@ -276,8 +279,8 @@ async def measure(env: EnvTest, server_pid: int, args: argparse.Namespace) -> li
 def line(row: dict[str, Any]) -> str:
     text = (
         f"round {row['round']} {row['phase']:<8}: {row['creates']} tenant creates, {row['refused']} refused, "
-        f"p50 {row['p50_ms']:.1f} ms, p99 {row['p99_ms']:.1f} ms; server CPU {row['server_cpu_s']:.1f} s "
-        f"in {row['seconds']:.1f} s; admin {row['admin']['applies']} applies, slowest {row['admin']['max_s']:.2f} s, "
+        f"p50 {row['p50_ms']:.1f} ms, p99 {row['p99_ms']:.1f} ms; server CPU {row['server_cpu_s']:.1f} s, "
+        f"apiserver CPU {row['apiserver_cpu_s']:.1f} s in {row['seconds']:.1f} s; admin {row['admin']['applies']} applies, slowest {row['admin']['max_s']:.2f} s, "
         f"{row['admin']['statuses']}"
     )
     if row["phase"] == "approver":
