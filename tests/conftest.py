@@ -155,6 +155,7 @@ SLOW: dict[str, str] = {
     "tests/server/test_policy_objects.py::test_a_cluster_without_the_crds_keeps_a_replica_that_uses_them_unready": (
         "subprocess"
     ),
+    "tests/server/test_policy_check_bounds.py": "a live server per test, forking check processes that lint the pack",
     "tests/kube/test_cluster_context.py": "a live server and a stand-in API server per test",
     "tests/kube/test_namespace_cache.py": "a stand-in API server (sockets, a watch thread) per test",
     "tests/audit/test_cluster.py": "a stand-in API server per test",

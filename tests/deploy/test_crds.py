@@ -12,7 +12,8 @@ import yaml
 
 from tests.support import REPO
 from webhook.engine import SCHEMAS
-from webhook.install.crds import RESOURCES, base_yaml, crds, structural
+from webhook.install import crds as generator
+from webhook.install.crds import RESOURCES, base_yaml, crds, structural, unbounded
 
 
 def test_the_committed_crds_are_current() -> None:
@@ -52,7 +53,12 @@ def test_every_node_is_typed_or_preserves_unknown_fields() -> None:
 
 def test_an_enum_of_the_json_schema_is_kept() -> None:
     spec = structural(SCHEMAS["GPUPolicy"]["properties"]["spec"])
-    assert spec["properties"]["action"] == {"enum": ["Deny", "Warn", "Audit"], "type": "string", "default": "Deny"}
+    assert spec["properties"]["action"] == {
+        "enum": ["Deny", "Warn", "Audit"],
+        "type": "string",
+        "maxLength": 5,  # the longest value: what the apiserver's CEL cost estimate reads
+        "default": "Deny",
+    }
     assert spec["required"] == ["match"]
     # a kind is a name or an API mapping: the CRD keeps any, the webhook's loader checks which
     assert spec["properties"]["match"]["properties"]["kinds"]["items"] == {"x-kubernetes-preserve-unknown-fields": True}
@@ -66,3 +72,60 @@ def test_kinds_scopes_and_columns() -> None:
     columns = [c["name"] for c in by_kind["GPUPolicy"]["spec"]["versions"][0]["additionalPrinterColumns"]]
     assert columns == ["Action", "FailurePolicy", "Ready", "Age"]
     assert by_kind["GPUPolicy"]["spec"]["versions"][0]["subresources"] == {"status": {}}
+
+
+def test_every_list_string_and_map_is_bounded() -> None:
+    """Anything a namespace user writes is bounded in size by the CRD itself (issue 34, point 4)."""
+    for made in crds():
+        schema = made["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        assert unbounded(schema) == [], made["metadata"]["name"]
+    exception = next(c for c in crds() if c["spec"]["names"]["kind"] == "GPUPolicyException")
+    spec = exception["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert spec["properties"]["rules"]["maxItems"] == 128
+    assert spec["properties"]["rules"]["items"]["maxLength"] == 253  # a DNS-1123 subdomain, as metadata.name
+    labels = spec["properties"]["match"]["properties"]["objectSelector"]["properties"]["matchLabels"]
+    assert labels["maxProperties"] == 64 and labels["additionalProperties"]["maxLength"] == 63  # a label value
+    assert labels["x-kubernetes-validations"] == [
+        {"rule": "self.all(k, k.size() <= 317)", "message": "keys are at most 317 characters"}
+    ]
+
+
+def test_an_unbounded_field_cannot_be_generated(monkeypatch: Any) -> None:
+    """The generator refuses a schema with a list, string or map without a bound, so a new field cannot
+    slip through unbounded."""
+    schema = {**SCHEMAS["GPUPolicyException"]}
+    spec = {**schema["properties"]["spec"]}
+    spec["properties"] = {
+        **spec["properties"],
+        "note": {"type": "string"},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 9}},
+    }
+    schema["properties"] = {**schema["properties"], "spec": spec}
+    monkeypatch.setitem(SCHEMAS, "GPUPolicyException", schema)
+    exception = next(r for r in RESOURCES if r.kind == "GPUPolicyException")
+    try:
+        generator.crd(exception)
+    except ValueError as error:
+        assert str(error) == "gpupolicyexceptions.gpu-webhook.io: no size bound on .spec.note, .spec.tags"
+    else:
+        raise AssertionError("an unbounded field was generated")
+
+
+def test_the_loader_refuses_what_the_crd_refuses() -> None:
+    """The same bounds in the loader's schema: an oversized exception file fails with the field's path."""
+    from webhook.engine import RuleLoadError, parse_exception
+
+    document = {
+        "apiVersion": "gpu-webhook.io/v1alpha1",
+        "kind": "GPUPolicyException",
+        "metadata": {"name": "too-many", "namespace": "team-a"},
+        "spec": {"rules": [f"rule-{i}" for i in range(129)], "reason": "x" * 1025},
+    }
+    try:
+        parse_exception(document)
+    except RuleLoadError as error:
+        text = str(error)
+        assert "spec.rules: [" in text and "is too long" in text
+        assert "spec.reason: " in text
+    else:
+        raise AssertionError("an oversized exception parsed")

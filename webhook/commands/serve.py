@@ -138,6 +138,14 @@ def register(commands: argparse._SubParsersAction) -> None:
         metavar="N",
         help="stop recording after N reviews (or 64 MiB) per process (default 100)",
     )
+    parser.add_argument(
+        "--max-exceptions-per-namespace",
+        type=int,
+        default=64,
+        metavar="N",
+        help="GPUPolicyExceptions applied per namespace (default 64): past N the newest are not applied "
+        "(gpu_webhook_exceptions_not_applied), and /policies refuses new ones",
+    )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.set_defaults(run=run)
 
@@ -222,13 +230,13 @@ def _status_writer(api_client: ApiClient, server: Server, metrics: Metrics, cach
     )
 
 
-def _namespace_cache(api_client: ApiClient | None) -> ClusterCaches | None:
-    """The cluster's watch caches (namespaces, PriorityClasses, DRA claims), or None without a cluster."""
+def _namespace_cache(api_client: ApiClient | None, exceptions_per_namespace: int) -> ClusterCaches | None:
+    """The cluster's watch caches (namespaces, PriorityClasses, DRA claims, exceptions), or None without a cluster."""
     if api_client is None:
         return None
     from webhook.kube import ClusterCaches
 
-    return ClusterCaches(api_client)
+    return ClusterCaches(api_client, exceptions_per_namespace=exceptions_per_namespace)
 
 
 def manages_registration(args: argparse.Namespace) -> bool:
@@ -347,6 +355,7 @@ def run(args: argparse.Namespace) -> int:
         reuse_port=args.workers > 1,
         record_reviews=args.record_reviews,
         record_reviews_max=args.record_reviews_max,
+        max_exceptions_per_namespace=args.max_exceptions_per_namespace,
     )
     if args.workers == 1:
         return _serve(config, args)
@@ -378,12 +387,15 @@ def _serve(config: ServerConfig, args: argparse.Namespace, writer: bool = True) 
     files, cluster = policy_sources(args, api_client is not None)
     if not files:
         config = dataclasses.replace(config, rules=[])
-    context = _namespace_cache(api_client)
+    context = _namespace_cache(api_client, config.max_exceptions_per_namespace)
     caches = _policy_caches(api_client, args, context) if cluster and api_client is not None else None
     try:
         server = Server(config, namespaces=context, policies=caches)
     except (ValueError, OSError) as error:
         raise UsageError(f"cannot start:\n{error}") from None
+    exceptions = getattr(server.state.namespaces, "exceptions", None)
+    if exceptions is not None:  # the cache counts what it does not apply; the metric shows it
+        exceptions.on_not_applied = server.metrics.observe_exceptions_not_applied
     status = None
     if api_client is not None:
         server.state.registration = _registration(args, api_client, server, writer)

@@ -37,7 +37,7 @@ from .exceptions import (
     parse_time,
     unknown_rules,
 )
-from .loader import LoadResult, compile_documents, load_rules, rule_files
+from .loader import LoadResult, compile_documents, exception_errors, load_rules, rule_files
 from .mutate import (
     DNS_SUBDOMAIN,
     LABEL_VALUE,
@@ -131,6 +131,7 @@ __all__ += [
     "OVERLAID_BY",
     "PolicyException",
     "apply_overlays",
+    "exception_errors",
     "exception_problems",
     "parse_exception",
     "parse_time",

@@ -208,6 +208,14 @@ def compile_documents(
     return LoadResult(ruleset=RuleSet.build(rules, env, exceptions), exceptions=exceptions)
 
 
+def exception_errors(documents: list[Document], rules: Mapping[str, bool]) -> list[LoadError]:
+    """What loading finds in GPUPolicyException documents among `rules` (name -> exceptable), without
+    loading the rules again: an exception changes no rule, so its check costs the exception alone."""
+    errors: list[LoadError] = []
+    _exceptions(documents, rules, errors)
+    return errors
+
+
 def _exceptions(
     documents: list[Document], rules: Mapping[str, bool], errors: list[LoadError]
 ) -> tuple[PolicyException, ...]:

@@ -16,22 +16,56 @@ OVERLAY_KIND = "GPUPolicyOverlay"
 EXCEPTION_KIND = "GPUPolicyException"
 OPERATIONS_ENUM = ["CREATE", "UPDATE", "DELETE", "CONNECT", "*"]
 
-_STRINGS = {"type": "array", "items": {"type": "string"}}
+# Size bounds. A GPUPolicyException is written by namespace users, and every list, string and map of
+# the policy kinds carries a bound, so that the apiserver refuses an oversized object against its CRD
+# schema before any webhook sees it (webhook/install/crds.py copies them), and the loader says the same
+# of a file. Kubernetes' own limits where a field holds a Kubernetes value (kubernetes/kubernetes,
+# staging/src/k8s.io/apimachinery/pkg/util/validation/validation.go): a DNS-1123 subdomain (object and
+# rule names) 253, a DNS-1123 label (namespaces) 63, a label value 63, a qualified name (label keys)
+# 253 of prefix + '/' + 63. The rest are ceilings far above any real use and far below what would cost
+# the server: a CEL string 64 KiB (the pack's longest expression is under 2 KiB), a message 4 KiB.
+NAME_MAX = 253  # DNS-1123 subdomain: object and rule names, object names in an exception
+NAMESPACE_MAX = 63  # DNS-1123 label
+LABEL_KEY_MAX = 317  # qualified name: DNS-1123 subdomain prefix, '/', a 63-character name
+LABEL_VALUE_MAX = 63
+KIND_MAX = 63  # a kind's lower-case form is a DNS-1035 label (CRD names.kind)
+CEL_MAX = 65_536  # one CEL expression (condition, validate, messageExpression)
+MESSAGE_MAX = 4_096  # a rule's message; kubectl prints it whole
+TEXT_MAX = 1_024  # a short human text: an exception's reason, a description-like value
+LIST_MAX = 256  # names or values in one list (kinds, object names, selector values)
+SELECTOR_MAX = 64  # matchLabels entries, matchExpressions
+NAMESPACE_LIST_MAX = 1_024  # a rule's namespaces include/exclude: sites list many
+EXCEPTION_RULES_MAX = 128  # the pack has 32 rules; an exception of more is a namespace's opt-out of policy
+RULE_ITEMS_MAX = 1_024  # an overlay's rules, a rule's kinds or mutations
+PARAMS_MAX = 256  # entries of a rule's params
+
+
+def _strings(length: int, items: int = LIST_MAX) -> dict[str, Any]:
+    return {"type": "array", "maxItems": items, "items": {"type": "string", "maxLength": length}}
+
+
+_STRINGS = _strings(NAME_MAX)
 _LABEL_SELECTOR = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "matchLabels": {
+            "type": "object",
+            "maxProperties": SELECTOR_MAX,
+            "propertyNames": {"maxLength": LABEL_KEY_MAX},
+            "additionalProperties": {"type": "string", "maxLength": LABEL_VALUE_MAX},
+        },
         "matchExpressions": {
             "type": "array",
+            "maxItems": SELECTOR_MAX,
             "items": {
                 "type": "object",
                 "additionalProperties": False,
                 "required": ["key", "operator"],
                 "properties": {
-                    "key": {"type": "string"},
+                    "key": {"type": "string", "maxLength": LABEL_KEY_MAX},
                     "operator": {"enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
-                    "values": _STRINGS,
+                    "values": _strings(LABEL_VALUE_MAX),
                 },
             },
         },
@@ -40,19 +74,22 @@ _LABEL_SELECTOR = {
 _NAMESPACES = {
     "type": "object",
     "additionalProperties": False,
-    "properties": {"include": _STRINGS, "exclude": _STRINGS},
+    "properties": {
+        "include": _strings(NAMESPACE_MAX, NAMESPACE_LIST_MAX),
+        "exclude": _strings(NAMESPACE_MAX, NAMESPACE_LIST_MAX),
+    },
 }
 # A mutation's arguments may come whole from the rule's params, so sites configure values, not rules.
 _FROM_PARAM = {
     "type": "object",
     "additionalProperties": False,
     "required": ["fromParam"],
-    "properties": {"fromParam": {"type": "string"}},
+    "properties": {"fromParam": {"type": "string", "maxLength": NAME_MAX}},
 }
 _METADATA_FIELDS: dict[str, Any] = {
-    "name": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", "maxLength": 253},
+    "name": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", "maxLength": NAME_MAX},
     "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
-    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+    "labels": {"type": "object", "additionalProperties": {"type": "string", "maxLength": LABEL_VALUE_MAX}},
 }
 _METADATA = {"type": "object", "required": ["name"], "properties": _METADATA_FIELDS}
 
@@ -120,23 +157,29 @@ POLICY_SCHEMA: dict[str, Any] = _document(
                     "kinds": {
                         "type": "array",
                         "minItems": 1,
+                        "maxItems": RULE_ITEMS_MAX,
                         "description": "Kinds the rule targets: a name from the kind table (Pod, Job, JobSet, "
                         "RayService, ...; '*' for all of them), or, for any other kind, its API as a mapping "
                         "so that the webhook registration can ask the apiserver to send it.",
                         "items": {
                             "oneOf": [
-                                {"type": "string", "minLength": 1},
+                                {"type": "string", "minLength": 1, "maxLength": KIND_MAX},
                                 {
                                     "type": "object",
                                     "additionalProperties": False,
                                     "required": ["kind", "group", "version", "resource"],
                                     "properties": {
-                                        "kind": {"type": "string", "minLength": 1},
-                                        "group": {"type": "string", "description": "'' for the core API"},
-                                        "version": {"type": "string", "minLength": 1},
+                                        "kind": {"type": "string", "minLength": 1, "maxLength": KIND_MAX},
+                                        "group": {
+                                            "type": "string",
+                                            "maxLength": NAME_MAX,
+                                            "description": "'' for the core API",
+                                        },
+                                        "version": {"type": "string", "minLength": 1, "maxLength": KIND_MAX},
                                         "resource": {
                                             "type": "string",
                                             "pattern": "^[a-z0-9.-]+$",
+                                            "maxLength": KIND_MAX,
                                             "description": "the plural resource name, e.g. services",
                                         },
                                     },
@@ -144,12 +187,16 @@ POLICY_SCHEMA: dict[str, Any] = _document(
                             ]
                         },
                     },
-                    "operations": {"type": "array", "items": {"enum": OPERATIONS_ENUM}},
+                    "operations": {
+                        "type": "array",
+                        "maxItems": len(OPERATIONS_ENUM),
+                        "items": {"enum": OPERATIONS_ENUM},
+                    },
                     "namespaces": _NAMESPACES,
                     "namespaceSelector": _LABEL_SELECTOR,
                     "objectSelector": _LABEL_SELECTOR,
                     "gpu": {"type": "boolean"},
-                    "condition": {"type": "string"},
+                    "condition": {"type": "string", "maxLength": CEL_MAX},
                 },
             },
             "validate": {
@@ -157,22 +204,26 @@ POLICY_SCHEMA: dict[str, Any] = _document(
                 "additionalProperties": False,
                 "required": ["expression"],
                 "properties": {
-                    "expression": {"type": "string"},
-                    "message": {"type": "string"},
-                    "messageExpression": {"type": "string"},
+                    "expression": {"type": "string", "maxLength": CEL_MAX},
+                    "message": {"type": "string", "maxLength": MESSAGE_MAX},
+                    "messageExpression": {"type": "string", "maxLength": CEL_MAX},
                 },
             },
             "mutate": {
                 "type": "array",
+                "maxItems": RULE_ITEMS_MAX,
                 "items": {
                     "type": "object",
                     "minProperties": 1,
                     "maxProperties": 1,
                     "additionalProperties": False,
-                    "properties": {name: {"anyOf": [kind.schema, _FROM_PARAM]} for name, kind in MUTATIONS.items()},
+                    "properties": {
+                        name: {"anyOf": [kind.schema, _FROM_PARAM], "maxProperties": PARAMS_MAX}
+                        for name, kind in MUTATIONS.items()
+                    },
                 },
             },
-            "params": {"type": "object"},
+            "params": {"type": "object", "maxProperties": PARAMS_MAX},
         },
     },
     file="gpupolicy.json",
@@ -227,7 +278,7 @@ CONFIG_SCHEMA: dict[str, Any] = _document(
     metadata_required=False,
 )
 
-_RULE_NAME = {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", "maxLength": 253}
+_RULE_NAME = {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", "maxLength": NAME_MAX}
 _OVERLAY_RULE = {
     "type": "object",
     "additionalProperties": False,
@@ -241,6 +292,7 @@ _OVERLAY_RULE = {
         "exceptable": {"type": "boolean", "description": "Replaces spec.exceptable."},
         "params": {
             "type": "object",
+            "maxProperties": PARAMS_MAX,
             "description": "Each entry replaces that param's value; the rule must have the param.",
         },
         "match": {
@@ -261,7 +313,7 @@ OVERLAY_SCHEMA: dict[str, Any] = _document(
         "type": "object",
         "additionalProperties": False,
         "required": ["rules"],
-        "properties": {"rules": {"type": "array", "minItems": 1, "items": _OVERLAY_RULE}},
+        "properties": {"rules": {"type": "array", "minItems": 1, "maxItems": RULE_ITEMS_MAX, "items": _OVERLAY_RULE}},
     },
     file="gpupolicyoverlay.json",
     description="Site changes to rules of the pack, applied before the rules are compiled: a rule turned "
@@ -277,6 +329,7 @@ EXCEPTION_SCHEMA: dict[str, Any] = _document(
             "rules": {
                 "type": "array",
                 "minItems": 1,
+                "maxItems": EXCEPTION_RULES_MAX,
                 "items": _RULE_NAME,
                 "description": "The GPUPolicies (metadata.name) the objects are excepted from.",
             },
@@ -286,7 +339,7 @@ EXCEPTION_SCHEMA: dict[str, Any] = _document(
                 "description": "Which objects of the namespace: every field given must match (none: all).",
                 "properties": {
                     "kinds": {
-                        **_STRINGS,
+                        **_strings(KIND_MAX),
                         "description": "The object's kind (Deployment, Pod, ...); any if absent.",
                     },
                     "names": {**_STRINGS, "description": "The object's metadata.name; any if absent."},
@@ -300,9 +353,15 @@ EXCEPTION_SCHEMA: dict[str, Any] = _document(
             "expires": {
                 "type": "string",
                 "format": "date-time",
+                "maxLength": 64,
                 "description": "RFC 3339 time (2026-12-01T00:00:00Z) from which the exception no longer applies.",
             },
-            "reason": {"type": "string", "minLength": 1, "description": "Why: reported with every use."},
+            "reason": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": TEXT_MAX,
+                "description": "Why: reported with every use.",
+            },
         },
     },
     file="gpupolicyexception.json",
@@ -313,7 +372,7 @@ EXCEPTION_SCHEMA: dict[str, Any] = _document(
         "required": ["name", "namespace"],
         "properties": {
             **_METADATA_FIELDS,
-            "namespace": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": 63},
+            "namespace": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": NAMESPACE_MAX},
         },
     },
 )

@@ -14,6 +14,11 @@ only as value checks without types inside. JSON Schema draft 2020-12 says more t
   mutation's arguments or `{fromParam}`) keeps what every alternative shares and
   `x-kubernetes-preserve-unknown-fields`; `if`/`then`/`not` and `allOf` are left out;
 - `metadata` is `type: object` (the apiserver validates ObjectMeta itself);
+- every list, string and map carries the JSON Schema's size bound (maxItems, maxLength, maxProperties;
+  webhook/engine/schema.py says why each), a string enum its longest value, and a map's key bound
+  (`propertyNames.maxLength`) becomes an `x-kubernetes-validations` rule, whose cost the apiserver
+  estimates from those bounds at CRD create. `crd()` refuses a schema with an unbounded node: a
+  namespace user's object is refused by size in the apiserver, before any webhook is called;
 - scalar defaults stay: the apiserver stores them, the same values the loader assumes, so the
   printer columns (action, failurePolicy) say what every rule does.
 
@@ -95,9 +100,21 @@ EXCEPTION = PolicyResource(
         _AGE,
     ),
 )
+# GPUPolicyExceptions applied per namespace: past it, the newest are not applied (webhook/kube/caches.py)
+# and the /policies check refuses new ones (webhook/policies/admission.py). An exception is meant to be
+# rare and specific (one team's workload, one rule, until a date); 64 leaves room for that and bounds
+# what every request of the namespace walks (webhook/engine/exceptions.py `excepting`).
+# `serve --max-exceptions-per-namespace` sets it.
+MAX_EXCEPTIONS_PER_NAMESPACE = 64
 RESOURCES = (POLICY, OVERLAY, EXCEPTION)
 BY_KIND = {resource.kind: resource for resource in RESOURCES}
 
+# The status the servers write and the envelope: bounds of Kubernetes' own (kubernetes/kubernetes,
+# staging/src/k8s.io/apimachinery/pkg/apis/meta/v1/types.go, metav1.Condition: type 316, reason 1024,
+# message 32768; a pod name and an API group are DNS-1123 subdomains, 253; a kind 63).
+MAX_REPLICAS = 256  # byPod entries: one per server replica
+NAME_MAX, KIND_MAX, TEXT_MAX = 253, 63, 1_024
+_CONDITION_MESSAGE_MAX = 32_768
 _DROPPED = frozenset({"$schema", "$id", "title", "if", "then", "else", "not", "allOf", "$comment", "examples"})
 _PRESERVE = "x-kubernetes-preserve-unknown-fields"
 _TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
@@ -119,6 +136,8 @@ def structural(node: Mapping[str, Any]) -> dict[str, Any]:
     if kind is None and "enum" in out:
         found = {_TYPES.get(type(value)) for value in out["enum"]}
         kind = found.pop() if len(found) == 1 else None
+    if kind == "string" and "enum" in out and "maxLength" not in node:
+        out["maxLength"] = max(len(str(value)) for value in out["enum"])  # what CEL cost estimates read
     alternatives = [b for key in ("anyOf", "oneOf") for b in node.get(key) or ()]
     value_checks = all(set(b) <= {"required"} for b in alternatives)
     if alternatives and not value_checks:
@@ -150,6 +169,11 @@ def structural(node: Mapping[str, Any]) -> dict[str, Any]:
                 out["required"] = required
         elif isinstance(extra, Mapping):
             out["additionalProperties"] = structural(extra)
+            key_max = (node.get("propertyNames") or {}).get("maxLength")
+            if key_max:  # a CRD schema cannot bound a map's keys; the apiserver's CEL can, within its cost budget
+                out["x-kubernetes-validations"] = [
+                    {"rule": f"self.all(k, k.size() <= {key_max})", "message": f"keys are at most {key_max} characters"}
+                ]
         else:
             out[_PRESERVE] = True
     elif kind == "array":
@@ -162,33 +186,59 @@ def structural(node: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in out.items() if key not in _DROPPED}
 
 
+def unbounded(node: Mapping[str, Any], path: str = "") -> list[str]:
+    """The paths of the lists without maxItems, strings without maxLength and maps without maxProperties
+    (a map: `additionalProperties`, or an object that keeps unknown fields) under `node`. `metadata`
+    is the apiserver's: it bounds ObjectMeta itself."""
+    found = []
+    kind = node.get("type")
+    if kind == "array" and "maxItems" not in node:
+        found.append(path or ".")
+    if kind == "string" and "maxLength" not in node:
+        found.append(path or ".")
+    is_map = "additionalProperties" in node or (kind == "object" and node.get(_PRESERVE) and path != ".metadata")
+    if is_map and "maxProperties" not in node:
+        found.append(path or ".")
+    for name, child in (node.get("properties") or {}).items():
+        if f"{path}.{name}" != ".metadata":
+            found += unbounded(child, f"{path}.{name}")
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), Mapping):
+            found += unbounded(node[key], f"{path}[{key}]")
+    return found
+
+
 def _status_schema(resource: PolicyResource) -> dict[str, Any]:
     """What the server writes (webhook/policies/status.py): the Ready condition and each replica's view."""
     condition = {
         "type": "object",
         "required": ["type", "status"],
         "properties": {
-            "type": {"type": "string"},
-            "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+            "type": {"type": "string", "maxLength": 316},
+            "status": {"type": "string", "enum": ["True", "False", "Unknown"], "maxLength": 7},
             "observedGeneration": {"type": "integer", "format": "int64"},
-            "lastTransitionTime": {"type": "string", "format": "date-time"},
-            "reason": {"type": "string"},
-            "message": {"type": "string"},
+            "lastTransitionTime": {"type": "string", "format": "date-time", "maxLength": 64},
+            "reason": {"type": "string", "maxLength": TEXT_MAX},
+            "message": {"type": "string", "maxLength": _CONDITION_MESSAGE_MAX},
         },
     }
     replica = {
         "type": "object",
         "required": ["id"],
         "properties": {
-            "id": {"type": "string", "description": "The server replica (its pod name)."},
+            "id": {"type": "string", "maxLength": NAME_MAX, "description": "The server replica (its pod name)."},
             "observedGeneration": {
                 "type": "integer",
                 "format": "int64",
                 "description": "The generation of this object the replica runs (absent: none).",
             },
             "ready": {"type": "boolean", "description": "The replica's last load included this generation."},
-            "reason": {"type": "string", "description": "Why not: Invalid (this object) or NotLoaded."},
-            "message": {"type": "string"},
+            "reason": {
+                "type": "string",
+                "maxLength": TEXT_MAX,
+                "description": "Why not: Invalid (this object) or NotLoaded.",
+            },
+            "message": {"type": "string", "maxLength": _CONDITION_MESSAGE_MAX},
         },
     }
     return {
@@ -198,12 +248,14 @@ def _status_schema(resource: PolicyResource) -> dict[str, Any]:
             "observedGeneration": {"type": "integer", "format": "int64"},
             "conditions": {
                 "type": "array",
+                "maxItems": 16,
                 "items": condition,
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["type"],
             },
             "byPod": {
                 "type": "array",
+                "maxItems": MAX_REPLICAS,
                 "items": replica,
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["id"],
@@ -217,8 +269,8 @@ def crd(resource: PolicyResource) -> dict[str, Any]:
     schema = SCHEMAS[resource.kind]
     spec = structural(schema["properties"]["spec"])
     properties: dict[str, Any] = {
-        "apiVersion": {"type": "string"},
-        "kind": {"type": "string"},
+        "apiVersion": {"type": "string", "maxLength": NAME_MAX + 1 + KIND_MAX},
+        "kind": {"type": "string", "maxLength": KIND_MAX},
         "metadata": {"type": "object"},
         "spec": spec,
     }
@@ -227,6 +279,9 @@ def crd(resource: PolicyResource) -> dict[str, Any]:
         properties["status"] = _status_schema(resource)
         version["subresources"] = {"status": {}}
     root: dict[str, Any] = {"type": "object", "required": ["spec"], "properties": properties}
+    loose = unbounded(root)
+    if loose:  # a namespace user's object must be bounded everywhere before the apiserver stores it
+        raise ValueError(f"{resource.crd_name}: no size bound on {', '.join(loose)}")
     if "description" in schema:
         root["description"] = schema["description"]
     version["schema"] = {"openAPIV3Schema": root}

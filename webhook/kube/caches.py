@@ -5,8 +5,8 @@
 - ResourceClaims and ResourceClaimTemplates (resource.k8s.io/v1, GA in 1.34): what a pod's
   spec.resourceClaims refer to, so the engine knows whether they are GPUs.
 - GPUPolicyExceptions (gpu-webhook.io/v1alpha1, webhook/install/crds.py): the namespace's exceptions,
-  parsed once per change; an expired one stops applying by itself (the engine compares the expiry
-  with the request's time).
+  each parsed once when it changes, on the watch thread, at most `per_namespace` applied per namespace;
+  an expired one stops applying by itself (the engine compares the expiry with the request's time).
 
 `ClusterCaches` is what the server holds: it answers the namespace questions itself and fills
 the rest into the engine's AdmissionInput with dict reads only. A one-shot door (`audit --cluster`)
@@ -17,7 +17,7 @@ the same `fill`: the server and the audit cannot see different clusters.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -32,7 +32,7 @@ from webhook.engine import (
     parse_exception,
     priority_class_table,
 )
-from webhook.install.crds import EXCEPTION
+from webhook.install.crds import EXCEPTION, MAX_EXCEPTIONS_PER_NAMESPACE
 
 from .connect import ClusterError
 from .policies import PolicyObjectCache
@@ -117,17 +117,41 @@ class ClaimCache(_DraCache):
     keep_status = False  # one claim per DRA pod: keep the spec, not the allocation
 
 
+NotApplied = Callable[[dict[str, int]], None]
+
+
 class ExceptionCache(PolicyObjectCache):
-    """GPUPolicyExceptions of every namespace, parsed once per change (a CRD not installed: none)."""
+    """GPUPolicyExceptions of every namespace, each parsed once when it changes (a CRD not installed: none).
+
+    The watch thread parses the object an event carries (jsonschema and all) and rebuilds the tuple of
+    that namespace alone, which it swaps in whole: the request path (`of`) is one dict read, and a
+    change costs the changed object, not every exception of the cluster. A full list parses everything
+    once, on the same thread. Not applied, and counted (`not_applied`, `on_not_applied`): an exception
+    that does not parse (it reached the cluster while the /policies check was down; logged once per
+    resourceVersion), and, past `per_namespace` valid ones in a namespace, the newest by
+    (creationTimestamp, name). Failing closed: an extra exception lifts no rule, and which ones apply
+    is the same on every replica.
+    """
 
     resource = ("gpu-webhook.io", EXCEPTION.plural)
 
-    def __init__(self, api_client: ApiClient, **options: Any) -> None:
+    def __init__(
+        self,
+        api_client: ApiClient,
+        per_namespace: int = MAX_EXCEPTIONS_PER_NAMESPACE,
+        on_not_applied: NotApplied | None = None,
+        **options: Any,
+    ) -> None:
         # without the CRD, no exceptions; a replica that uses the policy kinds requires it instead
         # (webhook.kube.PolicyCaches sets absent_ok from `serve --policies`)
         super().__init__(api_client, EXCEPTION, absent_ok=True, **options)
-        self._parsed: dict[str, tuple[PolicyException, ...]] = {}
-        self._parsed_of: tuple[int, str | None] | None = None
+        self.per_namespace = per_namespace
+        self.on_not_applied = on_not_applied  # {"invalid": n, "over_limit": n} after each change
+        # namespace -> name -> (resourceVersion, the parsed exception or None: invalid)
+        self._parsed: dict[str, dict[str, tuple[str, PolicyException | None]]] = {}
+        self._applied: dict[str, tuple[PolicyException, ...]] = {}  # what `of` answers, per namespace
+        self._over: dict[str, tuple[str, ...]] = {}  # namespace -> names past the bound
+        self._invalid: dict[str, int] = {}
         self._rejected: set[tuple[str, str, str]] = set()  # (namespace, name, resourceVersion) logged
 
     def in_one(self, namespace: str) -> str:
@@ -135,28 +159,93 @@ class ExceptionCache(PolicyObjectCache):
         return f"/apis/{API_VERSION}/namespaces/{quote(namespace, safe='')}/{EXCEPTION.plural}"
 
     def of(self, namespace: str) -> tuple[PolicyException, ...]:
-        """The valid exceptions of one namespace. One the admission check did not see (it was created
-        while the webhook was down) and that does not parse is left out, and logged once."""
-        version = (id(self._items), self._resource_version)
-        if version != self._parsed_of:
-            self._parsed = self._parse_all()
-            self._parsed_of = version
-        return self._parsed.get(namespace, ())
+        """The exceptions applied in one namespace: valid, and within the bound."""
+        return self._applied.get(namespace, ())
 
-    def _parse_all(self) -> dict[str, tuple[PolicyException, ...]]:
-        parsed: dict[str, list[PolicyException]] = {}
-        for namespace, objects in list(self._items.items()):
-            for name, obj in list(objects.items()):
-                try:
-                    exception = parse_exception(obj, f"{EXCEPTION.kind}/{namespace}/{name}")
-                except RuleLoadError as error:
-                    seen = (namespace, name, str((obj.get("metadata") or {}).get("resourceVersion")))
-                    if seen not in self._rejected:
-                        self._rejected.add(seen)
-                        log.warning("GPUPolicyException %s/%s ignored: %s", namespace, name, error)
-                    continue
-                parsed.setdefault(namespace, []).append(exception)
-        return {namespace: tuple(found) for namespace, found in parsed.items()}
+    def count(self, namespace: str) -> int:
+        """The namespace's GPUPolicyExceptions as stored (valid or not): what the /policies check bounds."""
+        return len(self._items.get(namespace) or ())
+
+    def not_applied(self) -> dict[str, int]:
+        """Exceptions the server does not apply, by why: `invalid` and `over_limit`."""
+        return {"invalid": sum(self._invalid.values()), "over_limit": sum(len(n) for n in self._over.values())}
+
+    def over_limit(self, namespace: str) -> tuple[str, ...]:
+        """The names of the namespace's exceptions not applied for being past the bound."""
+        return self._over.get(namespace, ())
+
+    # -- the watch thread ------------------------------------------------------------------------------
+    def _list(self, collection: str | None = None, limit: int | None = None) -> None:
+        super()._list(collection, limit)
+        items = self._items
+        self._parsed = {}
+        for namespace in list(self._applied):
+            if namespace not in items:
+                self._settle(namespace)
+        for namespace in list(items):
+            self._settle(namespace)
+        self._report()
+
+    def _apply(self, event: Mapping[str, Any]) -> None:
+        super()._apply(event)
+        metadata = (event.get("object") or {}).get("metadata") or {}
+        if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+            self._settle(metadata.get("namespace") or "")
+            self._report()
+
+    def _settle(self, namespace: str) -> None:
+        """Parse what changed in one namespace and swap its tuple of applied exceptions whole."""
+        objects = self._items.get(namespace) or {}
+        before = self._parsed.get(namespace) or {}
+        parsed: dict[str, tuple[str, PolicyException | None]] = {}
+        for name, obj in list(objects.items()):
+            version = str((obj.get("metadata") or {}).get("resourceVersion"))
+            known = before.get(name)
+            parsed[name] = known if known is not None and known[0] == version else (version, self._parse(obj))
+        order = sorted(parsed, key=lambda name: (_created(objects.get(name)), name))
+        valid = [name for name in order if parsed[name][1] is not None]
+        kept, over = valid[: self.per_namespace], tuple(valid[self.per_namespace :])
+        if over and over != self._over.get(namespace):
+            log.warning(
+                "GPUPolicyExceptions of namespace %s past the limit of %d not applied: %s",
+                namespace,
+                self.per_namespace,
+                ", ".join(over),
+            )
+        self._parsed[namespace] = parsed
+        self._applied[namespace] = tuple(parsed[name][1] for name in kept)  # type: ignore[misc]
+        self._over[namespace] = over
+        self._invalid[namespace] = len(parsed) - len(valid)
+        if not parsed:
+            for table in (self._parsed, self._applied, self._over, self._invalid):
+                table.pop(namespace, None)
+
+    def _parse(self, obj: dict[str, Any]) -> PolicyException | None:
+        metadata = obj.get("metadata") or {}
+        namespace, name = metadata.get("namespace") or "", metadata.get("name") or ""
+        try:
+            return parse_exception(obj, f"{EXCEPTION.kind}/{namespace}/{name}")
+        except RuleLoadError as error:
+            seen = (namespace, name, str(metadata.get("resourceVersion")))
+            if seen not in self._rejected:
+                if len(self._rejected) > _MAX_REJECTED_LOGGED:
+                    self._rejected.clear()
+                self._rejected.add(seen)
+                log.warning("GPUPolicyException %s/%s ignored: %s", namespace, name, error)
+            return None
+
+    def _report(self) -> None:
+        if self.on_not_applied is not None:
+            self.on_not_applied(self.not_applied())
+
+
+_MAX_REJECTED_LOGGED = 10_000
+
+
+def _created(obj: Mapping[str, Any] | None) -> str:
+    """creationTimestamp as the API writes it (RFC 3339 in UTC, second precision: it sorts as text)."""
+    metadata = (obj or {}).get("metadata") or {}
+    return str(metadata.get("creationTimestamp") or "")
 
 
 # (API group, plural) of what ClusterCaches reads: `list` (and `watch` in the server) on each is the
@@ -174,12 +263,20 @@ class ClusterCaches:
     sees None (unknown) for what is missing.
     """
 
-    def __init__(self, api_client: ApiClient, *, dra: bool = True, exceptions: bool = True, **options: Any) -> None:
+    def __init__(
+        self,
+        api_client: ApiClient,
+        *,
+        dra: bool = True,
+        exceptions: bool = True,
+        exceptions_per_namespace: int = MAX_EXCEPTIONS_PER_NAMESPACE,
+        **options: Any,
+    ) -> None:
         self.namespaces = NamespaceCache(api_client, **options)
         self.priority_classes = PriorityClassCache(api_client, **options)
         self.claims = ClaimCache(api_client, **options) if dra else None
         self.templates = ClaimTemplateCache(api_client, **options) if dra else None
-        self.exceptions = ExceptionCache(api_client, **options) if exceptions else None
+        self.exceptions = ExceptionCache(api_client, exceptions_per_namespace, **options) if exceptions else None
 
     @property
     def caches(self) -> list[WatchCache]:

@@ -92,6 +92,12 @@ class ServerConfig:
     # serve --record-reviews: write received AdmissionReviews here (debugging aid; webhook.server.recorder)
     record_reviews: str | None = None
     record_reviews_max: int = 100
+    # GPUPolicyExceptions applied per namespace (webhook/install/crds.py MAX_EXCEPTIONS_PER_NAMESPACE)
+    max_exceptions_per_namespace: int = 64
+    # `/policies` (webhook/policies/admission.py): checks waiting behind the running one, past which a 429;
+    # seconds a check may take (None: the registration's timeoutSeconds less a margin)
+    policy_check_queue: int = 4
+    policy_check_deadline: float | None = None
 
 
 @dataclass
@@ -329,7 +335,9 @@ def build_app(state: ServerState, admission: bool = True) -> web.Application:
         from webhook.policies import admission as policy_admission  # it imports webhook.server's parts
 
         observe = functools.partial(state.metrics.observe, "policies")
-        app.router.add_post(policy_admission.PATH, policy_admission.handler(state.rules, observe))
+        limits = policy_admission.limits_of(state.config)
+        exceptions = getattr(state.namespaces, "exceptions", None)  # ClusterCaches' GPUPolicyException cache
+        policy_admission.install(app, state.rules, observe, limits, exceptions)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

@@ -163,6 +163,13 @@ class Metrics:
             ["exception", "rule"],
             registry=r,
         )
+        self.exceptions_not_applied = Gauge(
+            "gpu_webhook_exceptions_not_applied",
+            "GPUPolicyExceptions in the cluster that this process does not apply, by reason: invalid (does "
+            "not parse) or over_limit (past serve --max-exceptions-per-namespace in its namespace).",
+            ["reason"],
+            registry=r,
+        )
         self.policy_status_writes = Counter(
             "gpu_webhook_policy_status_writes",
             "Status writes of policy objects by this process (webhook/policies/status.py), by kind.",
@@ -228,6 +235,11 @@ class Metrics:
                 else:
                     child = self._per_rule[key] = self.exceptions_used.labels(exception, rule)
             child.inc()
+
+    def observe_exceptions_not_applied(self, counts: dict[str, int]) -> None:
+        """reason (invalid, over_limit) -> GPUPolicyExceptions not applied now (webhook/kube/caches.py)."""
+        for reason, count in counts.items():
+            self.exceptions_not_applied.labels(reason).set(count)
 
     def _rule_child(self, metric: Any, rule: str, *rest: str) -> Any:
         key = (metric._name, rule, *rest)
