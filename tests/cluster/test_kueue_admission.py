@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from tests.cluster.conftest import Tenant
 from tests.cluster.workloads import (
     PRIORITY_LABEL,
@@ -26,6 +28,8 @@ from tests.cluster.workloads import (
     workload_of,
 )
 from tests.support.cluster import Cluster, dumps
+
+pytestmark = pytest.mark.cluster
 
 
 def test_a_gpu_job_is_queued_suspended_admitted_and_runs_on_nvidia_gpu_nodes(

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from tests.cluster.conftest import GpuWebhook, Queues, Tenant
 from tests.cluster.workloads import (
     QUEUE_LABEL,
@@ -26,6 +28,8 @@ from tests.cluster.workloads import (
     workload_of,
 )
 from tests.support.cluster import Cluster, dumps
+
+pytestmark = pytest.mark.cluster
 
 
 def test_kueue_resumes_a_gpu_less_job_it_admitted_on_the_gpu_flavor(

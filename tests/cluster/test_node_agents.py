@@ -13,9 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from tests.cluster.conftest import GpuWebhook, Tenant
 from tests.cluster.workloads import IMAGE, delete, event_lines, running_pods
 from tests.support.cluster import Cluster
+
+pytestmark = pytest.mark.cluster
 
 GPU_NODES = ["gpu-node-1", "gpu-node-2", "mig-node-1"]
 
