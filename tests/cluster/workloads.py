@@ -26,7 +26,11 @@ def container(gpus: int = 0, resource: str = "nvidia.com/gpu", **extra: Any) -> 
 def pod_template(
     gpus: int = 0, resource: str = "nvidia.com/gpu", labels: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    return {"metadata": {"labels": dict(labels or {})}, "spec": {"containers": [container(gpus, resource)]}}
+    # a hollow node ends a deleted pod at once; the grace period is the API's wait before it may
+    return {
+        "metadata": {"labels": dict(labels or {})},
+        "spec": {"terminationGracePeriodSeconds": 1, "containers": [container(gpus, resource)]},
+    }
 
 
 def job(
