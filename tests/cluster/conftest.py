@@ -336,6 +336,19 @@ def tenant(cluster: Cluster, queues: Queues) -> Callable[..., Tenant]:
             }
         )
         made[namespace] = Tenant(cluster, namespace, user, queue)
+        # RBAC reaches the authorizer through an informer: wait until the tenant may act
+        retry(
+            f"{user} allowed in {namespace}",
+            lambda: (
+                True
+                if cluster.env.request(
+                    "GET", f"/apis/apps/v1/namespaces/{namespace}/deployments", headers=made[namespace].as_tenant
+                ).ok
+                else None
+            ),
+            timeout=30,
+            interval=0.1,
+        )
         return made[namespace]
 
     return make
