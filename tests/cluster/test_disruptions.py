@@ -107,4 +107,3 @@ def test_a_platform_namespace_is_left_as_written(cluster: Cluster, gpu_webhook: 
     (pod,) = running_pods(cluster, "platform-batch", "app=indexer", 1)
     assert pod["spec"]["nodeName"] in ("gpu-node-1", "gpu-node-2", "mig-node-1")
     assert not [e for e in event_lines(cluster, "platform-batch") if "FailedCreate" in e]
-    delete(cluster, "/apis/apps/v1/namespaces/platform-batch/deployments/indexer")

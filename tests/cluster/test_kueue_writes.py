@@ -18,7 +18,6 @@ import pytest
 from tests.cluster.conftest import GpuWebhook, Queues, Tenant
 from tests.cluster.workloads import (
     QUEUE_LABEL,
-    delete,
     event_lines,
     is_true,
     job,
@@ -66,4 +65,3 @@ def test_kueue_resumes_a_gpu_less_job_it_admitted_on_the_gpu_flavor(
     running = running_pods(cluster, team.namespace, "batch.kubernetes.io/job-name=cpu-only", 1)
     assert node_labels(cluster, running[0]["spec"]["nodeName"]).get("nvidia.com/gpu.present") == "true"
     assert not [e for e in event_lines(cluster, team.namespace) if "FailedCreate" in e]
-    delete(cluster, team.path("batch/v1", "Job", "cpu-only"))

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.conftest import GpuWebhook, Tenant
-from tests.cluster.workloads import IMAGE, delete, event_lines, running_pods
+from tests.cluster.workloads import IMAGE, event_lines, running_pods
 from tests.support.cluster import Cluster
 
 pytestmark = pytest.mark.cluster
@@ -64,7 +64,6 @@ def test_a_dcgm_exporter_daemonset_in_a_platform_namespace_runs_on_every_gpu_nod
     running = running_pods(cluster, "observability", "app.kubernetes.io/name=dcgm-exporter", 3)
     assert sorted(p["spec"]["nodeName"] for p in running) == GPU_NODES
     assert not [e for e in event_lines(cluster, "observability") if "FailedCreate" in e]
-    delete(cluster, "/apis/apps/v1/namespaces/observability/daemonsets/dcgm-exporter")
 
 
 def test_the_same_daemonset_in_a_tenant_namespace_is_refused(tenant: Callable[..., Tenant]) -> None:

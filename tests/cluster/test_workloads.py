@@ -20,7 +20,6 @@ import pytest
 from tests.cluster.conftest import Tenant
 from tests.cluster.workloads import (
     QUEUE_LABEL,
-    delete,
     deployment,
     event_lines,
     job,
@@ -64,7 +63,6 @@ def test_a_gpu_workload_of_each_kind_gets_running_pods_on_gpu_nodes(
         assert pod["spec"]["nodeName"] in ("gpu-node-1", "gpu-node-2"), pod["spec"]["nodeName"]
         assert node_labels(cluster, pod["spec"]["nodeName"])["nvidia.com/gpu.present"] == "true"
     _no_failed_creates(cluster, team.namespace)
-    delete(cluster, team.path(body["apiVersion"], kind, "serve"))
 
 
 def test_cpu_workloads_never_land_on_gpu_nodes(cluster: Cluster, tenant: Callable[..., Tenant]) -> None:
@@ -85,5 +83,3 @@ def test_cpu_workloads_never_land_on_gpu_nodes(cluster: Cluster, tenant: Callabl
     refused = team.create(sneaky)
     assert refused.status == 403 and "cpu-pods-off-gpu-nodes" in refused.message, refused.body
     _no_failed_creates(cluster, team.namespace)
-    delete(cluster, team.path("apps/v1", "Deployment", "web"))
-    delete(cluster, team.path("batch/v1", "Job", "etl"))
