@@ -125,6 +125,24 @@ class GpuWebhook:
     def logs(self) -> str:
         return f"--- gpu-webhook serve (tail) ---\n{log_tail(self.log, 60)}"
 
+    def requests(self) -> float:
+        """Admission requests this server answered so far (gpu_webhook_requests_total, every endpoint)."""
+        import ssl
+        import urllib.request
+
+        from prometheus_client.parser import text_string_to_metric_families
+
+        context = ssl.create_default_context(cafile=str(self.cert_dir / CA_FILE))
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=5, context=context) as answer:
+            text = answer.read().decode()
+        return sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            if family.name == "gpu_webhook_requests"
+            for sample in family.samples
+            if sample.name == "gpu_webhook_requests_total"
+        )
+
 
 def _serve_args(deployment: dict[str, Any]) -> list[str]:
     """The rendered Deployment's server arguments, less the two that concern a pod, not the server's decisions.
@@ -142,7 +160,19 @@ def _serve_args(deployment: dict[str, Any]) -> list[str]:
 @pytest.fixture(scope="session")
 def gpu_webhook(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GpuWebhook]:
     """gpu-webhook installed from `gpu-webhook manifests` (enforce overlay, the audit CronJob component)."""
-    certs = tmp_path_factory.mktemp("gpu-webhook-ca")
+    server = install_gpu_webhook(cluster, tmp_path_factory.mktemp("gpu-webhook"))
+    try:
+        cluster.env.install_webhooks(server.manifests, server.url, server.ca_pem)
+        yield server
+    finally:
+        server.stop()
+
+
+def install_gpu_webhook(cluster: Cluster, directory: Path) -> GpuWebhook:
+    """Every rendered document but the Deployment, the CronJob and the webhook configurations, and a
+    started `serve` as the rendered ServiceAccount; the caller installs the configurations."""
+    certs = directory / "ca"
+    certs.mkdir()
     made = gpu_webhook_cli("certs", "--out", str(certs), "--keep-ca-key")
     assert made.returncode == 0, made.stderr
     rendered = gpu_webhook_cli(
@@ -160,7 +190,8 @@ def gpu_webhook(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> I
     deployment = next(d for d in documents if d["kind"] == "Deployment")
     account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
     kubeconfig = cluster.service_account_kubeconfig(WEBHOOK_NAMESPACE, account)
-    serving = tmp_path_factory.mktemp("serve-tls")
+    serving = directory / "serve-tls"
+    serving.mkdir()
     ca_cert, ca_key = load_ca(certs)
     cert, key = generate_serving(ca_cert, ca_key, ["localhost"], ["127.0.0.1"])
     write_bundle(Bundle(ca_cert, ca_key, cert, key), serving)
@@ -178,16 +209,12 @@ def gpu_webhook(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> I
         args=args,
         cert_dir=serving,
         ca_pem=(serving / CA_FILE).read_bytes(),
-        log=tmp_path_factory.mktemp("serve") / "serve.log",
+        log=directory / "serve.log",
         port=port,
         manifests=documents,
     )
     server.start()
-    try:
-        cluster.env.install_webhooks(documents, server.url, server.ca_pem)
-        yield server
-    finally:
-        server.stop()
+    return server
 
 
 def _flavor(name: str, labels: dict[str, str], tolerations: list[dict[str, str]] | None = None) -> dict[str, Any]:
@@ -252,6 +279,11 @@ class Queues:
 
 @pytest.fixture(scope="session")
 def queues(cluster: Cluster, gpu_webhook: GpuWebhook) -> Queues:
+    return install_queues(cluster)
+
+
+def install_queues(cluster: Cluster) -> Queues:
+    """The flavors, ClusterQueues and priority classes of the layer, their ClusterQueues Active."""
     for flavor in (
         _flavor("cpu", {"node.example.com/pool": "cpu"}),
         # Kueue docs concepts/resource_flavor: nodeLabels and tolerations are added to the admitted pods
@@ -314,47 +346,52 @@ class Tenant:
         return f"{base}/{name}" if name else base
 
 
+def make_tenant(cluster: Cluster, namespace: str, cluster_queue: str, labels: dict[str, str] | None = None) -> Tenant:
+    """A tenant namespace with its LocalQueue (named in the namespace's queue annotation) and user."""
+    queue = f"{namespace}-queue"
+    cluster.env.create_namespace(namespace, {TENANT_LABEL: "true", **(labels or {})}, {QUEUE_ANNOTATION: queue})
+    cluster.apply(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "LocalQueue",
+            "metadata": {"name": queue, "namespace": namespace},
+            "spec": {"clusterQueue": cluster_queue},
+        }
+    )
+    user = f"{namespace}-user"
+    cluster.apply(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "tenant-edit", "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        }
+    )
+    made = Tenant(cluster, namespace, user, queue)
+    # RBAC reaches the authorizer through an informer: wait until the tenant may act
+    retry(
+        f"{user} allowed in {namespace}",
+        lambda: (
+            True
+            if cluster.env.request(
+                "GET", f"/apis/apps/v1/namespaces/{namespace}/deployments", headers=made.as_tenant
+            ).ok
+            else None
+        ),
+        timeout=30,
+        interval=0.1,
+    )
+    return made
+
+
 @pytest.fixture(scope="session")
 def tenant(cluster: Cluster, queues: Queues) -> Callable[..., Tenant]:
     made: dict[str, Tenant] = {}
 
     def make(namespace: str, cluster_queue: str = queues.tenants, labels: dict[str, str] | None = None) -> Tenant:
-        if namespace in made:
-            return made[namespace]
-        queue = f"{namespace}-queue"
-        cluster.env.create_namespace(namespace, {TENANT_LABEL: "true", **(labels or {})}, {QUEUE_ANNOTATION: queue})
-        cluster.apply(
-            {
-                "apiVersion": "kueue.x-k8s.io/v1beta1",
-                "kind": "LocalQueue",
-                "metadata": {"name": queue, "namespace": namespace},
-                "spec": {"clusterQueue": cluster_queue},
-            }
-        )
-        user = f"{namespace}-user"
-        cluster.apply(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": {"name": "tenant-edit", "namespace": namespace},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
-                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-            }
-        )
-        made[namespace] = Tenant(cluster, namespace, user, queue)
-        # RBAC reaches the authorizer through an informer: wait until the tenant may act
-        retry(
-            f"{user} allowed in {namespace}",
-            lambda: (
-                True
-                if cluster.env.request(
-                    "GET", f"/apis/apps/v1/namespaces/{namespace}/deployments", headers=made[namespace].as_tenant
-                ).ok
-                else None
-            ),
-            timeout=30,
-            interval=0.1,
-        )
+        if namespace not in made:
+            made[namespace] = make_tenant(cluster, namespace, cluster_queue, labels)
         return made[namespace]
 
     return make
