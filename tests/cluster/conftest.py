@@ -17,9 +17,10 @@ themselves by namespace and delete what holds quota. Skips with one line when th
 from __future__ import annotations
 
 import os
+import ssl
 import subprocess
 import sys
-import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import REPO, RULES
 from tests.support.cluster import SKIP_REASON, Cluster, ClusterError, cluster_dir, retry
@@ -72,9 +74,7 @@ def cluster() -> Iterator[Cluster]:
     source = cluster_dir()
     if source is None:
         pytest.skip(SKIP_REASON)
-    started = time.monotonic()
     running = Cluster.start(source, apiserver_args=CLUSTER_FLAGS)
-    running.startup_seconds = time.monotonic() - started  # type: ignore[attr-defined]
     try:
         yield running
     finally:
@@ -101,9 +101,6 @@ class GpuWebhook:
     def start(self) -> None:
         env = {k: v for k, v in os.environ.items() if k != "GPU_WEBHOOK_RULES"}
         self.process = spawn([sys.executable, "-m", "webhook.cli", "serve", *self.args], self.log, env)
-        import ssl
-        import urllib.request
-
         context = ssl.create_default_context(cafile=str(self.cert_dir / CA_FILE))
 
         def ready() -> bool | None:
@@ -127,11 +124,6 @@ class GpuWebhook:
 
     def requests(self) -> float:
         """Admission requests this server answered so far (gpu_webhook_requests_total, every endpoint)."""
-        import ssl
-        import urllib.request
-
-        from prometheus_client.parser import text_string_to_metric_families
-
         context = ssl.create_default_context(cafile=str(self.cert_dir / CA_FILE))
         with urllib.request.urlopen(f"{self.url}/metrics", timeout=5, context=context) as answer:
             text = answer.read().decode()
@@ -365,6 +357,26 @@ def make_tenant(cluster: Cluster, namespace: str, cluster_queue: str, labels: di
             "kind": "RoleBinding",
             "metadata": {"name": "tenant-edit", "namespace": namespace},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        }
+    )
+    # `edit` has no pods/ephemeralcontainers: sites that allow `kubectl debug` grant it beside it
+    cluster.apply(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "tenant-debug", "namespace": namespace},
+            "rules": [
+                {"apiGroups": [""], "resources": ["pods/ephemeralcontainers"], "verbs": ["get", "patch", "update"]}
+            ],
+        }
+    )
+    cluster.apply(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "tenant-debug", "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant-debug"},
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
         }
     )

@@ -107,3 +107,30 @@ def test_a_platform_namespace_is_left_as_written(cluster: Cluster, gpu_webhook: 
     (pod,) = running_pods(cluster, "platform-batch", "app=indexer", 1)
     assert pod["spec"]["nodeName"] in ("gpu-node-1", "gpu-node-2", "mig-node-1")
     assert not [e for e in event_lines(cluster, "platform-batch") if "FailedCreate" in e]
+
+
+def test_kubectl_debug_of_a_running_gpu_pod(cluster: Cluster, tenant: Callable[..., Tenant]) -> None:
+    """`kubectl debug` adds an ephemeral container through the pods/ephemeralcontainers subresource
+    (kubernetes.io docs, tasks/debug/debug-application/debug-running-pod): the rules see it (DESIGN §6).
+    A debug container that sets NVIDIA_VISIBLE_DEVICES=all (it cannot request a GPU) is refused; a
+    plain one is added and the pod keeps running."""
+    team = tenant("team-debug")
+    assert team.create(job("train", gpus=1)).ok
+    (pod,) = running_pods(cluster, team.namespace, "batch.kubernetes.io/job-name=train", 1)
+    path = team.path("v1", "Pod", pod["metadata"]["name"]) + "/ephemeralcontainers"
+    headers = {**team.as_tenant, "Content-Type": "application/strategic-merge-patch+json"}
+
+    def debug(name: str, **extra: object) -> dict:
+        container = {"name": name, "image": "registry.example.com/busybox:1.36", "stdin": True, "tty": True, **extra}
+        return {"spec": {"ephemeralContainers": [container]}}
+
+    sneaky = cluster.env.request(
+        "PATCH", path, debug("peek", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]), headers=headers
+    )
+    assert sneaky.status == 403 and "no-visible-devices-without-gpu" in sneaky.message, sneaky.body
+    added = cluster.env.request("PATCH", path, debug("debugger"), headers=headers)
+    assert added.ok, added.message
+    stored = cluster.get(team.path("v1", "Pod", pod["metadata"]["name"]))
+    assert [c["name"] for c in stored["spec"]["ephemeralContainers"]] == ["debugger"]
+    assert stored["status"]["phase"] == "Running"
+    delete(cluster, team.path("batch/v1", "Job", "train"))

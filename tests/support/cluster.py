@@ -31,12 +31,13 @@ them in reverse order of start.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import lzma
 import os
 import shutil
+import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -46,6 +47,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+from cryptography.hazmat.primitives import serialization
 
 from tests.support.envtest import EnvTest, EnvTestError, Response, free_port, log_tail, spawn, terminate
 from webhook.certs import generate_ca, generate_serving
@@ -357,8 +359,6 @@ class Cluster:
         # serving certificates: the webhook's for 127.0.0.1; the metrics one only has to exist
         ca_cert, ca_key = generate_ca("kueue test CA")
         cert, key = generate_serving(ca_cert, ca_key, ["localhost"], ["127.0.0.1"])
-        from cryptography.hazmat.primitives import serialization
-
         pem = serialization.Encoding.PEM
         private = (serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
         certs = self.directory / "kueue-webhook-certs"
@@ -413,9 +413,6 @@ class Cluster:
         self.env.install_webhooks(webhooks, f"https://127.0.0.1:{self.kueue_port}", ca_cert.public_bytes(pem))
 
     def _wait_kueue_serving(self, ca_pem: bytes) -> None:
-        import socket
-        import ssl
-
         context = ssl.create_default_context(cadata=ca_pem.decode())
 
         def serving() -> bool | None:
@@ -461,14 +458,6 @@ class Cluster:
 
     def events(self, namespace: str) -> list[dict[str, Any]]:
         return self.items(f"/api/v1/namespaces/{namespace}/events")
-
-    def as_user(self, user: str, groups: Sequence[str] = ("system:authenticated",)) -> dict[str, str]:
-        """Impersonation headers: the admin acts as `user` (what a tenant's kubectl would be)."""
-        return {"Impersonate-User": user, **({"Impersonate-Group": ",".join(groups)} if groups else {})}
-
-
-def encode_ca(pem: bytes) -> str:
-    return base64.b64encode(pem).decode()
 
 
 def dumps(value: Any) -> str:
