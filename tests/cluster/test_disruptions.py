@@ -10,6 +10,7 @@ extensible-admission-controllers, "Failure policy"); gpu-cost-labels re-applies 
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable
 
@@ -17,11 +18,13 @@ import pytest
 
 from tests.cluster.conftest import GpuWebhook, Tenant
 from tests.cluster.workloads import (
+    IMAGE,
     delete,
     deployment,
     event_lines,
     is_true,
     job,
+    pods,
     running_pods,
     wait_for,
     workload_of,
@@ -134,3 +137,56 @@ def test_kubectl_debug_of_a_running_gpu_pod(cluster: Cluster, tenant: Callable[.
     assert [c["name"] for c in stored["spec"]["ephemeralContainers"]] == ["debugger"]
     assert stored["status"]["phase"] == "Running"
     delete(cluster, team.path("batch/v1", "Job", "train"))
+
+
+def test_the_webhook_paused_during_a_rollout_admits_no_pod_unjudged(
+    cluster: Cluster, gpu_webhook: GpuWebhook, tenant: Callable[..., Tenant]
+) -> None:
+    """A tenant's CPU Deployment rolls out a new image; the webhook freezes (SIGSTOP) just after the
+    change, for longer than its 5 s timeoutSeconds, so the controllers' ReplicaSet and pod writes meet
+    failurePolicy Fail; it thaws. Every pod of the new image, during the pause and after, carries
+    visible-devices-void's NVIDIA_VISIBLE_DEVICES=void (no pod was admitted without the webhook), and
+    the rollout completes (the Deployment and ReplicaSet controllers retry: kubernetes
+    pkg/controller/deployment, replicaset)."""
+    team = tenant("team-rollout")
+    body = deployment("web", replicas=2)
+    del body["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]  # a hollow node runs no probe
+    assert team.create(body).ok
+    running_pods(cluster, team.namespace, "app=web", 2)
+    new_image = IMAGE.replace("1" * 64, "2" * 64)
+
+    def with_new_image() -> list[dict]:
+        return [p for p in pods(cluster, team.namespace, "app=web") if p["spec"]["containers"][0]["image"] == new_image]
+
+    def judged(pod: dict) -> bool:
+        return {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in pod["spec"]["containers"][0].get("env", [])
+
+    patch = {"spec": {"template": {"spec": {"containers": [{"name": "main", "image": new_image}]}}}}
+    changed = cluster.env.request(
+        "PATCH",
+        team.path("apps/v1", "Deployment", "web"),
+        patch,
+        headers={**team.as_tenant, "Content-Type": "application/strategic-merge-patch+json"},
+    )
+    assert changed.ok, changed.message
+    assert gpu_webhook.process is not None
+    gpu_webhook.process.send_signal(signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            assert all(judged(p) for p in with_new_image()), "a pod was admitted while the webhook was frozen"
+            time.sleep(0.5)
+        held = [p for p in with_new_image() if p["status"].get("phase") == "Running"]
+        assert len(held) < 2, "the rollout finished while the webhook was frozen: the pause tested nothing"
+    finally:
+        gpu_webhook.process.send_signal(signal.SIGCONT)
+    done = wait_for(
+        "the rollout's two new pods Running",
+        lambda: (
+            found if len(found := [p for p in with_new_image() if p["status"].get("phase") == "Running"]) >= 2 else None
+        ),
+        timeout=120,
+        explain=lambda: "\n".join(event_lines(cluster, team.namespace)[-20:]),
+    )
+    assert all(judged(p) for p in done)
+    delete(cluster, team.path("apps/v1", "Deployment", "web"))
