@@ -118,6 +118,7 @@ SLOW: dict[str, str] = {
     "tests/audit/test_jobs.py::test_jobs_two_writes_the_same_bytes_as_jobs_one": "forks --jobs 2 worker processes",
     # a directory: every file in it
     "tests/e2e": "a real etcd + kube-apiserver and `gpu-webhook serve` as subprocesses (tests/support/envtest.py)",
+    "tests/cluster": "a whole cluster: apiserver, controllers, scheduler, hollow nodes, Kueue (tests/support/cluster.py)",
     # kubectl
     "tests/deploy/test_render.py::test_builtin_renderer_matches_kubectl_kustomize": "kubectl",
     "tests/deploy/test_render.py::test_components_render_the_same_through_kubectl": "kubectl",

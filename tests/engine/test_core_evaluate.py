@@ -112,6 +112,24 @@ def test_missing_namespace_context_follows_on_missing_context(tmp_path: Path) ->
     assert reasons["needs-ns-allow"] == "not evaluated: no namespace context"
 
 
+def test_on_missing_context_evaluate_runs_the_rule_with_a_null_namespace(tmp_path: Path) -> None:
+    """Evaluate: the CEL decides with namespaceObject null; a rule that reads the namespace only to
+    narrow an exemption denies as strictly as in a namespace it does not exempt."""
+    rules = ruleset(
+        tmp_path,
+        deny(
+            "exempt-in-platform",
+            "namespaceObject != null && namespaceObject.metadata.name == 'platform'",
+            onMissingContext="Evaluate",
+        ),
+    )
+    unknown = evaluate(rules, AdmissionInput(object=cpu_pod(), namespace="team-a", namespace_object=None))
+    assert [v.rule for v in unknown.violations] == ["exempt-in-platform"]
+    assert "not known yet" not in unknown.violations[0].message
+    platform = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "platform"}}
+    assert evaluate(rules, AdmissionInput(object=cpu_pod(), namespace="platform", namespace_object=platform)).allowed
+
+
 def test_missing_context_refuses_once_for_a_rule_that_mutates_and_validates(tmp_path: Path) -> None:
     rules = ruleset(
         tmp_path,

@@ -234,6 +234,9 @@ class EnvTest:
     kubeconfig: Path = field(default_factory=Path)
     startup_seconds: float = 0.0
     keep: bool = False
+    users: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    node_authorization: bool = False
+    tokens: dict[str, str] = field(default_factory=dict, repr=False)
     _etcd: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _apiserver: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _ssl: ssl.SSLContext | None = field(default=None, repr=False)
@@ -248,13 +251,20 @@ class EnvTest:
         timeout: float = 60.0,
         keep: bool = False,
         apiserver_args: Sequence[str] = (),
+        users: Iterable[tuple[str, Sequence[str]]] = (),
+        node_authorization: bool = False,
     ) -> EnvTest:
         """Start etcd and the apiserver; return when `/readyz` answers ok.
 
         `assets` defaults to `$KUBEBUILDER_ASSETS`. `keep` leaves the temp dir (logs, PKI) in place
         after `stop()`. `apiserver_args` follow this module's flags (a repeated plain flag: the
         last wins; list and map flags add up), e.g. `["--emulated-version=1.35"]` to test an older
-        release's behaviour. Raises EnvTestError (with the logs' tails) if either does not come up
+        release's behaviour. `users` are more (name, groups) of the token file, each token in
+        `tokens[name]` (`kubeconfig_for(name)`): a whole cluster's components authenticate as the
+        users a real cluster gives them (`system:kube-controller-manager`, `system:node:NAME` in
+        `system:nodes`). `node_authorization` adds what a real control plane runs beside RBAC:
+        `--client-ca-file` (this CA), `--authorization-mode=Node,RBAC` and the NodeRestriction
+        admission plugin, which keep each kubelet to its own Node and the pods bound to it. Raises EnvTestError (with the logs' tails) if either does not come up
         within `timeout` seconds; nothing is left running then.
         """
         where = Path(assets) if assets is not None else assets_dir()
@@ -262,7 +272,12 @@ class EnvTest:
             raise EnvTestError(SKIP_REASON)
         apiserver_bin, etcd_bin = find_binaries(where.resolve())
         for attempt in range(1, _ATTEMPTS + 1):
-            env = cls(directory=Path(tempfile.mkdtemp(prefix="envtest-")), keep=keep)
+            env = cls(
+                directory=Path(tempfile.mkdtemp(prefix="envtest-")),
+                keep=keep,
+                users=tuple((name, tuple(groups)) for name, groups in users),
+                node_authorization=node_authorization,
+            )
             try:
                 env._launch(apiserver_bin, etcd_bin, timeout, apiserver_args)
                 return env
@@ -283,6 +298,15 @@ class EnvTest:
         self.url = f"https://127.0.0.1:{port}"
         self._write_pki_and_config()
         pki = self.directory / "pki"
+        authorization = (
+            [
+                f"--client-ca-file={pki / 'ca.crt'}",
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=NodeRestriction",
+            ]
+            if self.node_authorization
+            else ["--authorization-mode=RBAC"]
+        )
         self._apiserver = spawn(
             [
                 apiserver_bin,
@@ -293,12 +317,12 @@ class EnvTest:
                 f"--tls-cert-file={pki / 'apiserver.crt'}",
                 f"--tls-private-key-file={pki / 'apiserver.key'}",
                 f"--token-auth-file={pki / 'tokens.csv'}",
-                "--authorization-mode=RBAC",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
                 "--service-cluster-ip-range=10.0.0.0/24",
                 "--endpoint-reconciler-type=none",
+                *authorization,
                 *extra,
             ],
             self.directory / "apiserver.log",
@@ -354,26 +378,39 @@ class EnvTest:
             "sa.pub": sa_key.public_key().public_bytes(pem, serialization.PublicFormat.SubjectPublicKeyInfo),
         }
         self.token = base64.urlsafe_b64encode(os.urandom(24)).decode().rstrip("=")
-        files["tokens.csv"] = f'{self.token},{ADMIN_USER},{ADMIN_USER},"{ADMIN_GROUP}"\n'.encode()
+        lines = [f'{self.token},{ADMIN_USER},{ADMIN_USER},"{ADMIN_GROUP}"']
+        for name, groups in self.users:
+            self.tokens[name] = base64.urlsafe_b64encode(os.urandom(24)).decode().rstrip("=")
+            lines.append(f'{self.tokens[name]},{name},{name},"{",".join(groups)}"')
+        files["tokens.csv"] = ("\n".join(lines) + "\n").encode()
         for name, data in files.items():
             descriptor = os.open(pki / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(descriptor, "wb") as out:
                 out.write(data)
         self._ssl = ssl.create_default_context(cafile=str(self.ca_file))
-        self.kubeconfig = self.directory / "kubeconfig"
+        self.kubeconfig = self.write_kubeconfig(self.directory / "kubeconfig", ADMIN_USER, self.token)
+
+    def write_kubeconfig(self, path: Path, user: str, token: str) -> Path:
+        """A kubeconfig file (0600) that reaches this apiserver as `user` with a bearer `token`."""
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [
                 {"name": "envtest", "cluster": {"server": self.url, "certificate-authority": str(self.ca_file)}}
             ],
-            "users": [{"name": ADMIN_USER, "user": {"token": self.token}}],
-            "contexts": [{"name": "envtest", "context": {"cluster": "envtest", "user": ADMIN_USER}}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": "envtest", "context": {"cluster": "envtest", "user": user}}],
             "current-context": "envtest",
         }
-        descriptor = os.open(self.kubeconfig, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(descriptor, "w") as out:
             yaml.safe_dump(config, out)
+        return path
+
+    def kubeconfig_for(self, user: str) -> Path:
+        """A kubeconfig for one of the `users` given at start (written once, in the temp dir)."""
+        path = self.directory / f"kubeconfig-{user.replace(':', '_')}"
+        return path if path.exists() else self.write_kubeconfig(path, user, self.tokens[user])
 
     def _wait_ready(self, deadline: float) -> None:
         last = "no answer yet"

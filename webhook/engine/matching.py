@@ -3,7 +3,9 @@
 The answer is None (it applies) or the reason it does not, for the trace. Nothing here
 records a violation: a rule that needs the namespace and has none under
 `onMissingContext: Deny` gets the reason REFUSED_FOR_CONTEXT, and the run (evaluate.py)
-records the denial. (Kinds and operations are settled before: RuleSet.candidates and
+records the denial; under `onMissingContext: Evaluate` the rule runs with namespaceObject null
+and its CEL decides (a rule that reads the namespace only to narrow an exemption stays as
+strict as it is without one). (Kinds and operations are settled before: RuleSet.candidates and
 facts.WorkingCopy.targets.)
 """
 
@@ -54,7 +56,12 @@ def gate(copy: WorkingCopy, rule: Rule, target: Target) -> str | None:
         return f"namespace {namespace!r} is not in namespaces.include"
     if namespace in match.namespaces_exclude:
         return f"namespace {namespace!r} is in namespaces.exclude"
-    if rule.needs_namespace and admission.namespace_object is None and namespace:
+    if (
+        rule.needs_namespace
+        and admission.namespace_object is None
+        and namespace
+        and rule.on_missing_context != "Evaluate"
+    ):
         return REFUSED_FOR_CONTEXT if rule.on_missing_context == "Deny" else NO_NAMESPACE_CONTEXT
     if match.namespace_selector is not None:
         labels = ((admission.namespace_object or {}).get("metadata") or {}).get("labels")

@@ -98,7 +98,7 @@ class Rule:
     params: Mapping[str, Any]
     autogen: bool
     failure_policy: str  # Fail | Ignore: what an evaluation error does
-    on_missing_context: str  # Allow | Deny: when namespaceObject is needed but unknown
+    on_missing_context: str  # Allow | Deny | Evaluate (namespaceObject null): when namespaceObject is needed but unknown
     needs_namespace: bool
     source: SourceLocation
     references: frozenset[str] = frozenset()  # variables its expressions read (what to compute for it)

@@ -139,7 +139,7 @@ POLICY_SCHEMA: dict[str, Any] = _document(
                 "tenant is exempt, such as privileged containers.",
             },
             "failurePolicy": {"enum": ["Fail", "Ignore"], "default": "Fail"},
-            "onMissingContext": {"enum": ["Allow", "Deny"], "default": "Allow"},
+            "onMissingContext": {"enum": ["Allow", "Deny", "Evaluate"], "default": "Allow"},
             "autogen": {"type": "boolean", "default": True},
             "ratcheting": {
                 "type": "boolean",
@@ -288,7 +288,10 @@ _OVERLAY_RULE = {
         "enabled": {"type": "boolean", "description": "false: the rule is left out (not loaded, not registered)."},
         "action": {"enum": ["Deny", "Warn", "Audit"], "description": "Replaces spec.action."},
         "failurePolicy": {"enum": ["Fail", "Ignore"], "description": "Replaces spec.failurePolicy."},
-        "onMissingContext": {"enum": ["Allow", "Deny"], "description": "Replaces spec.onMissingContext."},
+        "onMissingContext": {
+            "enum": ["Allow", "Deny", "Evaluate"],
+            "description": "Replaces spec.onMissingContext.",
+        },
         "exceptable": {"type": "boolean", "description": "Replaces spec.exceptable."},
         "params": {
             "type": "object",

@@ -1,0 +1,67 @@
+"""Kueue's own writes to a tenant's workload are never refused, and a tenant cannot pass for Kueue.
+
+Sources: Kueue v0.13.1 pkg/controller/jobs/job/job_controller.go `RunWithPodSetsInfo` (unsuspends
+the Job and calls `podset.Merge` on its template), pkg/podset/podset.go `FromAssignment` (the
+assigned flavors' `nodeLabels` become the pod set's nodeSelector, their `tolerations` its
+tolerations) and `Merge` (adds them to the template's nodeSelector, tolerations, labels,
+annotations, schedulingGates); pkg/controller/jobframework/reconciler.go (a Job whose start
+fails stays suspended with its quota reserved and is retried). The Job controller creates the
+pods from that template (kubernetes pkg/controller/job, as `system:serviceaccount:kube-system:job-controller`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from tests.cluster.conftest import GpuWebhook, Queues, Tenant
+from tests.cluster.workloads import (
+    QUEUE_LABEL,
+    event_lines,
+    is_true,
+    job,
+    node_labels,
+    running_pods,
+    wait_for,
+    workload_of,
+)
+from tests.support.cluster import Cluster, dumps
+
+pytestmark = pytest.mark.cluster
+
+
+def test_kueue_resumes_a_gpu_less_job_it_admitted_on_the_gpu_flavor(
+    cluster: Cluster, gpu_webhook: GpuWebhook, queues: Queues, tenant: Callable[..., Tenant]
+) -> None:
+    """A GPU-less Job in a queue whose ClusterQueue has only the nvidia-gpu flavor: Kueue admits it
+    there and resumes it with the flavor's nodeLabels and toleration merged into the template, an
+    UPDATE from Kueue's ServiceAccount that cpu-pods-off-gpu-nodes judged as if the tenant had
+    written it ("selects GPU nodes"): the Job stayed suspended, holding quota. Now the resume is
+    stored, and the Job controller's pods (the template's placement) are created and run."""
+    team = tenant("team-gpu-only", cluster_queue=queues.gpu_only)
+    made = team.create(job("cpu-only", labels={QUEUE_LABEL: team.queue}))
+    assert made.ok, made.message
+    assert made.body["spec"]["suspend"] is True
+
+    wait_for(
+        "the Workload admitted",
+        lambda: True if is_true(workload_of(cluster, team.namespace, "cpu-only"), "Admitted") else None,
+        explain=lambda: dumps(workload_of(cluster, team.namespace, "cpu-only")),
+    )
+
+    def resumed() -> dict | None:
+        current = cluster.get(team.path("batch/v1", "Job", "cpu-only"))
+        return current if current["spec"].get("suspend") is False else None
+
+    stored = wait_for(
+        "Kueue's resume of the Job stored",
+        resumed,
+        timeout=30,
+        explain=lambda: gpu_webhook.logs() + "\n" + cluster.logs("kueue", 10),
+    )
+    template = stored["spec"]["template"]["spec"]
+    assert template["nodeSelector"]["nvidia.com/gpu.present"] == "true"
+    running = running_pods(cluster, team.namespace, "batch.kubernetes.io/job-name=cpu-only", 1)
+    assert node_labels(cluster, running[0]["spec"]["nodeName"]).get("nvidia.com/gpu.present") == "true"
+    assert not [e for e in event_lines(cluster, team.namespace) if "FailedCreate" in e]
