@@ -40,8 +40,17 @@ VARIABLES = (
     "deviceClaims",  # the target's DRA pod claims, resolved (resources.Accelerators.claim_summary)
 )
 # Values computed in Python for the target being evaluated, read by the rewritten helpers.
-# targetWholeGpuCount: targetGpuCount without MIG slices, time-sliced replicas, vGPUs and shares
-TARGET_VARIABLES = ("targetGpuCount", "targetWholeGpuCount", "containerGpus", "quantities", "accelerators")
+# targetWholeGpuCount: targetGpuCount without MIG slices, time-sliced replicas, vGPUs and shares;
+# allocatorEnv: container name -> {writes, theirs, envFrom}, the device variables an annotation-marked
+# GPU allocator writes into it (resources.Allocator, facts.TargetFacts.allocator_env)
+TARGET_VARIABLES = (
+    "targetGpuCount",
+    "targetWholeGpuCount",
+    "containerGpus",
+    "allocatorEnv",
+    "quantities",
+    "accelerators",
+)
 # cel-cpp's RuntimeOptions.comprehension_max_iterations, fixed by cel-expr-python (not settable from
 # Python): one evaluation of one expression may run 10,000 comprehension steps in all, nested and
 # sequential comprehensions counted together (measured: xs.all() fails at 10,000 items; two in a

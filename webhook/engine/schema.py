@@ -222,6 +222,53 @@ CONFIG_SCHEMA: dict[str, Any] = _document(
                 "description": "DRA DeviceClasses whose devices are parts of one GPU (left out of "
                 "targetWholeGpuCount); `prefix*` patterns. Default: mig.nvidia.com.",
             },
+            "gpuAllocators": {
+                "type": "array",
+                "maxItems": 32,
+                "description": "GPU allocators that mark a container with pod annotations rather than a resource "
+                "or a DRA claim (resources.py Allocator); added to the shipped one (kai-scheduler), an entry of "
+                "the same name replaces it.",
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["name", "podAnnotations"],
+                    "properties": {
+                        "name": {"type": "string", "minLength": 1, "maxLength": 63},
+                        "podAnnotations": {
+                            "type": "array",
+                            "minItems": 1,
+                            "items": {"type": "string", "minLength": 1},
+                            "description": "A pod with any of these annotations has the allocator's GPU.",
+                        },
+                        "schedulerNames": {
+                            "type": "array",
+                            "items": {"type": "string", "minLength": 1},
+                            "description": "Only pods of these schedulers have it (empty: any scheduler).",
+                        },
+                        "containerAnnotation": {
+                            "type": "string",
+                            "description": "The pod annotation naming the allocated container (init containers "
+                            "first); without it, the first app container.",
+                        },
+                        "devicesAnnotation": {
+                            "type": "string",
+                            "description": "The pod annotation giving how many devices the container counts "
+                            "(default 1); never whole GPUs.",
+                        },
+                        "env": {
+                            "type": "array",
+                            "items": {"type": "string", "minLength": 1},
+                            "description": "Device variables the allocator writes into the allocated container "
+                            "as valueFrom.configMapKeyRef; such entries are not the tenant's, a literal value is.",
+                        },
+                        "configMapAnnotation": {
+                            "type": "string",
+                            "description": "The pod annotation whose value, and a dash, starts the name of every "
+                            "ConfigMap of the allocator's (empty: any ConfigMap).",
+                        },
+                    },
+                },
+            },
         },
     },
     metadata_required=False,

@@ -111,6 +111,12 @@ def context_refusal(rule: Rule, claims: str = CLAIMS_REFUSE) -> str | None:
             "an admission policy sees only the object, its namespace and the request, so the webhook keeps the rule "
             "(nothing to do)"
         )
+    if "allocatorEnv" in rule.references:
+        return (
+            "reads allocatorEnv: which device variables an annotation-marked GPU allocator (KAI Scheduler, or a "
+            "GPUWebhookConfig gpuAllocators entry) wrote into a container, which the apiserver's CEL cannot tell; "
+            "the webhook keeps the rule (nothing to do)"
+        )
     if claims != CLAIMS_UNRESOLVED and counts_accelerators(rule):
         what = (
             f"gpu: {str(rule.match.gpu).lower()} depends on"
