@@ -173,6 +173,13 @@ POLICY_SCHEMA: dict[str, Any] = _document(
                 },
             },
             "params": {"type": "object"},
+            "paramsSchema": {
+                "type": "object",
+                "description": "The params' schema, a subset of JSON Schema (type, enum, minimum/maximum, "
+                "minLength/maxLength, pattern, minItems/maxItems, items, properties, additionalProperties, "
+                "required): the params, after every overlay, must fit it, and lint type-checks each expression "
+                "that reads params.NAME with its type. Without it, the types of the params given here serve.",
+            },
         },
     },
     file="gpupolicy.json",
