@@ -90,6 +90,16 @@ def _collection(resource: Resource, version: str, namespace: str | None) -> str:
     return f"{base}{scope}/{resource.plural}"
 
 
+def policy_documents(api: Api) -> list[Any]:
+    """The cluster's GPUPolicy, GPUPolicyOverlay and GPUPolicyException objects as loader documents, loaded
+    with the rule files as the server loads them (none where the CRDs are not installed). ClusterError
+    when they cannot be read."""
+    from webhook.kube.policies import PolicyCaches
+    from webhook.policies.objects import policy_object
+
+    return [policy_object(obj).document for obj in PolicyCaches(api.client).load().objects()]
+
+
 def read_context(
     api: Api, namespace: str | None = None, limit: int = 500, note: Callable[[str, int], None] | None = None
 ) -> ClusterCaches:
