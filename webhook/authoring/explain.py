@@ -103,8 +103,8 @@ def _lines(ruleset: RuleSet, admission: AdmissionInput, decision: Decision) -> I
         if rule.name not in unevaluated:
             yield from _rule_lines(rule, kind, admission, decision, outcomes.get(rule.name))
     if unevaluated:
-        count = f"{len(unevaluated)} rule{'s' if len(unevaluated) != 1 else ''}"
-        yield line("  ", style(f"{count} {NO_NAMESPACE_CONTEXT}", "dim"), f": {', '.join(unevaluated)}")
+        rules = f"{len(unevaluated)} rule{'s' if len(unevaluated) != 1 else ''}"
+        yield line("  ", style(f"{rules} {NO_NAMESPACE_CONTEXT}", "dim"), f": {', '.join(unevaluated)}")
     yield line()
     yield from _decision_lines(decision, list(outcomes.values()))
     if decision.patch:
@@ -188,8 +188,8 @@ def _decision_lines(decision: Decision, outcomes: list[RuleOutcome]) -> Iterator
             yield line("  ", style("excepted", "magenta"), f" [{outcome.rule}] {outcome.reason}")
     skipped = [o.rule for o in outcomes if o.context_missing]
     if skipped:
-        count = f"{len(skipped)} rule{'s' if len(skipped) != 1 else ''}"
-        yield line("  ", style("skipped", "dim"), f" {count}: {NO_NAMESPACE_CONTEXT}")
+        rules = f"{len(skipped)} rule{'s' if len(skipped) != 1 else ''}"
+        yield line("  ", style("skipped", "dim"), f" {rules}: {NO_NAMESPACE_CONTEXT}")
 
 
 def _operation(operation: dict[str, object]) -> str:
