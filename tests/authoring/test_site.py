@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -40,7 +41,8 @@ def test_the_guides_upgrade_check_prints_what_it_shows(tmp_path: Path):
     commands = blocks[0][1].strip().splitlines()
     assert blocks[0][0] == "sh" and blocks[1][0] == ""
     shown = blocks[1][1].strip()
-    gpu_webhook = str(REPO / ".venv" / "bin" / "gpu-webhook")
+    # the environment running the tests, whatever its place (as test_doc_commands.py: sys.prefix)
+    gpu_webhook = str(Path(sys.prefix) / "bin" / "gpu-webhook")
     results = [
         subprocess.run(
             ["bash", "-c", command.replace(".venv/bin/gpu-webhook", gpu_webhook)],
