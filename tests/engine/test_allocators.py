@@ -139,3 +139,15 @@ def test_a_broken_allocator_entry_is_a_load_error(tmp_path: Path) -> None:
     assert any("gpuAllocators" in str(error) and "podAnnotations" in str(error) for error in loaded.errors), (
         loaded.errors
     )
+
+
+def test_a_site_turns_the_shipped_allocator_off(tmp_path: Path) -> None:
+    (tmp_path / "rule.yaml").write_text(RULE)
+    (tmp_path / "config.yaml").write_text(
+        "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUWebhookConfig\nmetadata: {name: site}\n"
+        "spec:\n  gpuAllocators: [{name: kai-scheduler, enabled: false}]\n"
+    )
+    # not a GPU pod any more: the gpu: true rule does not even match
+    assert decide(tmp_path, kai_pod({"gpu-fraction": "0.5", "gpu-fraction-num-devices": "3"})) == (True, [])
+    loaded = load_rules([str(tmp_path)])
+    assert loaded.ruleset is not None and loaded.ruleset.accelerators.allocators == ()

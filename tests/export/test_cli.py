@@ -130,7 +130,8 @@ def test_claims_unresolved_exports_counting_rules_and_its_table_is_in_docs_nativ
     assert "`--claims unresolved` exports it" in err
     code, out, err = run(capsys, "--rules", str(RULES), "--claims", "unresolved", "--table")
     assert code == 0
-    assert "| gpu-per-pod-ceiling | yes | VAP | Deny |" in out
+    # the shipped KAI Scheduler allocator counts GPUs the exported CEL cannot: the counting rules stay
+    assert "| gpu-per-pod-ceiling | **no** | — | — | — | its accelerator count includes the GPUs of annotation" in out
     assert "| priority-class-allowed | **no** |" in out  # reads cluster context: refused in both modes
     assert "DRA claims" not in out
     docs = (RULES.parent / "docs" / "native.md").read_text()

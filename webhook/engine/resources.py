@@ -285,10 +285,14 @@ class Accelerators:
     def from_config(cls, settings: Mapping[str, Any]) -> Accelerators:
         """The table a GPUWebhookConfig's spec gives (schema.py CONFIG_SCHEMA); each key left out keeps its default.
 
-        gpuAllocators adds to the shipped allocators; an entry named as a shipped one replaces it.
+        gpuAllocators adds to the shipped allocators; an entry named as a shipped one replaces it, and
+        `enabled: false` removes it.
         """
         allocators = {a.name: a for a in DEFAULT_ALLOCATORS}
         for entry in settings.get("gpuAllocators", ()):
+            if entry.get("enabled") is False:  # a shipped allocator the site does not run
+                allocators.pop(str(entry["name"]), None)
+                continue
             allocator = Allocator.from_config(entry)
             allocators[allocator.name] = allocator
         return cls.from_patterns(

@@ -234,13 +234,19 @@ CONFIG_SCHEMA: dict[str, Any] = _document(
                 "maxItems": 32,
                 "description": "GPU allocators that mark a container with pod annotations rather than a resource "
                 "or a DRA claim (resources.py Allocator); added to the shipped one (kai-scheduler), an entry of "
-                "the same name replaces it.",
+                "the same name replaces it, `enabled: false` turns it off.",
                 "items": {
                     "type": "object",
                     "additionalProperties": False,
-                    "required": ["name", "podAnnotations"],
+                    "required": ["name"],
+                    # an allocator names its annotations, unless the entry only turns one off
+                    "anyOf": [
+                        {"required": ["podAnnotations"]},
+                        {"required": ["enabled"], "properties": {"enabled": {"const": False}}},
+                    ],
                     "properties": {
                         "name": {"type": "string", "minLength": 1, "maxLength": 63},
+                        "enabled": {"type": "boolean", "description": "false: the allocator of this name is off."},
                         "podAnnotations": {
                             "type": "array",
                             "minItems": 1,
