@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from tests.e2e.conftest import TENANT_LABEL, gpu_pod
+from tests.e2e.test_policy_objects import GROUP_VERSION, crds  # noqa: F401 (crds: a fixture)
 from tests.support import REPO
 from tests.support.envtest import EnvTest
 
@@ -87,3 +88,42 @@ def test_explain_cluster_says_which_server_it_cannot_reach(tmp_path: Path) -> No
     )
     code, _, err = explain(pod, "--cluster", "--kubeconfig", str(config))
     assert code == 2 and "host='127.0.0.1', port=9" in err and "Traceback" not in err
+
+
+def test_explain_cluster_uses_the_clusters_policy_objects_and_exceptions(
+    cluster: EnvTest,
+    crds: list[str],  # noqa: F811 (the fixture: the shipped CRDs installed, the server watching them)
+    tmp_path: Path,
+) -> None:
+    warn = {
+        "apiVersion": GROUP_VERSION,
+        "kind": "GPUPolicy",
+        "metadata": {"name": "explain-from-cluster"},
+        "spec": {
+            "action": "Warn",
+            "match": {"kinds": ["Pod"], "operations": ["CREATE"]},
+            "validate": {"expression": "false", "message": "a rule that lives in the cluster only"},
+        },
+    }
+    exception = {
+        "apiVersion": GROUP_VERSION,
+        "kind": "GPUPolicyException",
+        "metadata": {"name": "debugging", "namespace": NAMESPACE},
+        "spec": {
+            "rules": ["no-device-env-in-tenants"],
+            "match": {"kinds": ["Pod"], "names": ["sneaky"]},
+            "expires": "2099-01-01T00:00:00Z",
+            "reason": "vendor debugging session",
+        },
+    }
+    for body in (warn, exception):
+        made = cluster.create(body)
+        assert made.status == 201, made.body
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(
+        yaml.safe_dump(gpu_pod("sneaky", NAMESPACE, env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]))
+    )
+    code, out, err = explain(pod, "--cluster", "--kubeconfig", str(cluster.kubeconfig))
+    assert "warning [explain-from-cluster] a rule that lives in the cluster only" in out, (out, err)
+    assert "excepted [no-device-env-in-tenants] excepted by team-explain/debugging: vendor debugging session" in out
+    assert code == 0, out  # the one Deny rule that acted is excepted
