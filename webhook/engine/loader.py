@@ -186,11 +186,7 @@ def compile_documents(documents: list[Document], errors: list[LoadError] | None 
     for document in valid:
         before = len(errors)
         name = document.data["metadata"]["name"]
-        rule = (
-            _compile_rule(document, env, errors)
-            if _params_fit(document, param_schemas.get(name), errors)
-            else None
-        )
+        rule = _compile_rule(document, env, errors) if _params_fit(document, param_schemas.get(name), errors) else None
         overlaid = (document.data["metadata"].get("annotations") or {}).get(OVERLAID_BY)
         if overlaid and len(errors) > before:
             # the rule compiled as shipped: what broke it is the overlay's value
