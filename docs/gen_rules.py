@@ -75,6 +75,14 @@ GPU = {
 TENANT = {"gpu-webhook.io/tenant": "true"}
 
 
+# The cluster every scenario runs in has the PriorityClasses the pack's priority rules name: the
+# webhook sets a class only when its PriorityClass watch shows the class exists.
+PRIORITY_CLASSES = [
+    {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value}
+    for name, value in (("gpu-batch", 1000), ("gpu-critical", 100000))
+]
+
+
 @dataclass(frozen=True)
 class Scenario:
     """One object through one rule; the doc shows what the engine answered."""
@@ -296,7 +304,7 @@ def _outcome(rule_file: Path, scenario: Scenario) -> list[str]:
     ns = scenario.namespace or _namespace(obj["metadata"].get("namespace", "default"))
     decision = evaluate(
         ruleset,
-        AdmissionInput.offline(copy.deepcopy(obj), namespace_object=ns),
+        AdmissionInput.offline(copy.deepcopy(obj), namespace_object=ns, cluster_objects=PRIORITY_CLASSES),
     )
     out = [f"Input: {scenario.describe}.", ""]
     if decision.errors:

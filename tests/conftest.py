@@ -150,6 +150,7 @@ SLOW: dict[str, str] = {
     "tests/server/test_record_reviews.py": "a live server per test; one runs `serve --help` as a subprocess",
     "tests/server/test_audit_mode.py": "a live server per test",
     "tests/server/test_device_access_exceptions.py": "a live server with the whole pack per test",
+    "tests/server/test_long_warnings.py": "a live server per test",
     "tests/server/test_reload_and_shutdown.py": "a live server per test, waiting for reloads",
     "tests/server/test_namespace_context.py": "a live server and a stand-in API server per test",
     "tests/server/test_policy_objects.py::test_policy_objects_need_a_cluster": "subprocess",

@@ -201,7 +201,10 @@ def test_audit_and_explain_agree_on_a_manifest_without_namespace(run, cli_main, 
     # and both say when the Namespace is missing
     manifest.write_text(GPU_POD)
     _, text, _ = cli_main("explain", "-f", str(manifest), "--rules", NS_RULES)
-    assert f"skipped [no-gpu-namespaces] {NO_NAMESPACE_CONTEXT}" in text
+    assert (
+        f"1 rule {NO_NAMESPACE_CONTEXT}: no-gpu-namespaces" in text
+        and f"skipped 1 rule: {NO_NAMESPACE_CONTEXT}" in text
+    )
 
 
 def test_a_namespace_met_again_in_the_input_answers_for_what_follows(run, tmp_path):

@@ -182,3 +182,19 @@ def test_audit_gives_the_engines_decision():
         denied = sorted((o.rule, m) for o in result.outcomes if o.result == "fail" for m in o.messages)
         assert denied == sorted((v.rule, v.message) for v in decision.violations)
         assert result.patch == decision.patch
+
+
+def test_the_html_summary_counts_the_warnings_it_lists(run, tmp_path):
+    """An object that is denied and warned is counted once as denied; its warning is still a finding."""
+    import re
+
+    both = tmp_path / "both.yaml"
+    job = yaml.safe_load(Path(WORKLOADS).read_text().split("---\n")[2])  # warned: no Kueue queue
+    job["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"] = {"nvidia.com/gpu": 1}  # and denied
+    both.write_text(yaml.safe_dump(job))
+    _, out, _ = run(str(both), *ALL_RULES, "-o", "html")
+    cards = dict(
+        (label, value) for value, label in re.findall(r'<div class="card[^"]*"><b>([^<]*)</b>([^<]*)</div>', out)
+    )
+    assert cards["Denied"] == "1" and cards["Warned (no worse result)"] == "0"
+    assert cards["Warning findings"] == "1" and "queue-label-warn" in out.split("<h2>Findings</h2>")[1]

@@ -49,3 +49,12 @@ def test_the_written_reports_are_what_pyyaml_dumps(tmp_path: Path) -> None:
     results = [r for report in yaml.safe_load_all(expected) for r in report["results"]]
     assert {r["result"] for r in results} >= {"pass", "fail", "skip", "error"}
     assert any(LONG in r["message"] for r in results)
+
+
+def test_a_namespace_whose_objects_no_rule_acted_on_has_an_empty_results_list(run, tmp_path: Path) -> None:
+    """`results: []`, never a bare `results:` (YAML null), which the PolicyReport schema refuses."""
+    quiet = tmp_path / "quiet.yaml"
+    quiet.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: quiet}\ndata: {a: b}\n")
+    _, out, _ = run(str(quiet), "--rules", PACK_RULES, "-o", "policyreport", "--fail-on", "never")
+    (report,) = list(yaml.safe_load_all(out))
+    assert report["metadata"]["namespace"] == "quiet" and report["results"] == []

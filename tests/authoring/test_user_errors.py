@@ -155,5 +155,5 @@ def test_explain_names_what_it_was_given_instead_of_an_object(cli, tmp_path):
     assert code == 2 and "every document must be a Kubernetes object" in err
     two = tmp_path / "two.yaml"
     two.write_text(POD + "---\n" + POD)
-    code, _, err = cli("explain", "-f", str(two))
-    assert code == 2 and "expected one object (and optionally its Namespace), found 2" in err
+    code, _, err = cli("explain", "-f", str(two), "--old", str(two), "--operation", "UPDATE")
+    assert code == 2 and "--old goes with one object, found 2" in err

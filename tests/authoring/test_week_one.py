@@ -80,7 +80,10 @@ def test_lint_says_so_when_there_is_nothing_to_fix(cli: CLI, write) -> None:
         + HEADER
         + "metadata: {name: c}\nspec:\n  match: {kinds: [Pod]}\n  validate: {expression: 'true'}\n",
     )
-    rules = write("rules/tests/a.test.yaml", "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicyTest\n").parents[1]
+    suite = "metadata: {name: a}\nspec:\n  cases:\n    - {name: x, object: {kind: Pod}, expect: {allowed: true}}\n"
+    rules = write(
+        "rules/tests/a.test.yaml", "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicyTest\n" + suite
+    ).parents[1]
     assert cli("lint", str(rules)) == (0, "3 rules in 2 files: no problems\n", "")
 
 

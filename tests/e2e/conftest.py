@@ -30,7 +30,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import REPO, RULES
-from tests.support.envtest import SKIP_REASON, EnvTest, Response, assets_dir, free_port, log_tail, spawn, terminate
+from tests.support.envtest import EnvTest, Response, free_port, log_tail, skip_reason, spawn, terminate
 from webhook.certs import CA_FILE, Bundle, generate_serving, load_ca, write_bundle
 from webhook.engine import KINDS, WorkloadKind
 
@@ -118,8 +118,8 @@ class WebhookServer:
 @pytest.fixture(scope="session")
 def apiserver() -> Iterator[EnvTest]:
     """A throwaway etcd + kube-apiserver for the whole session (skipped without KUBEBUILDER_ASSETS)."""
-    if assets_dir() is None:
-        pytest.skip(SKIP_REASON)
+    if (reason := skip_reason()) is not None:
+        pytest.skip(reason)
     with EnvTest.start(apiserver_args=CLUSTER_FLAGS) as env:
         yield env
 

@@ -52,7 +52,7 @@ from tests.export.equivalence import NAME_LABEL, debug_cases, suite_cases, wrap
 from tests.export.native_site import not_exceptable, overlay_text
 from tests.export.test_celenv import APISERVER_VERDICTS, ESCAPE_KEY, JP
 from tests.support import RULES
-from tests.support.envtest import ADMIN_GROUP, ADMIN_USER, SKIP_REASON, EnvTest, Response, assets_dir
+from tests.support.envtest import ADMIN_GROUP, ADMIN_USER, EnvTest, Response, skip_reason
 from webhook.engine import KINDS, AdmissionInput, Decision, Limits, Phase, RuleSet, evaluate, load_rules
 from webhook.export import CLAIMS_MODES, Release, export
 from webhook.export.merge import rules_of
@@ -482,8 +482,8 @@ def job_label_copy(case: Case, change: dict[str, Any], want: dict[str, Any], sto
 def native(request: pytest.FixtureRequest, webhook_certs: Path) -> Iterator[Cluster]:
     """An apiserver of its own per --claims mode: prepared (phase 1), then with everything `manifests
     --native` renders."""
-    if assets_dir() is None:
-        pytest.skip(SKIP_REASON)
+    if (reason := skip_reason()) is not None:
+        pytest.skip(reason)
     claims = request.param
     with EnvTest.start(apiserver_args=CLUSTER_FLAGS) as api:
         cluster = Cluster(api, claims, exported_rules(claims))
@@ -710,8 +710,8 @@ RESOURCE_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREAT
 def test_older_releases_accept_every_object_export_writes_for_them(emulated: str) -> None:
     """For each release before 1.36, every object of `export` (both --claims modes), dry-run created
     on this kube-apiserver emulating that release with its MutatingAdmissionPolicy version enabled."""
-    if assets_dir() is None:
-        pytest.skip(SKIP_REASON)
+    if (reason := skip_reason()) is not None:
+        pytest.skip(reason)
     pack = not_exceptable(load_rules(RULES).require())  # as native_site makes them
     objects: dict[str, dict[str, Any]] = {}
     for version in OLDER[emulated]:
@@ -744,8 +744,8 @@ def test_the_audit_overlay_records_what_the_enforce_overlay_denies(webhook_certs
     policies must not refuse either. On a real apiserver with an audit log: the enforce rendering's
     policies deny a pod that pins its node; the audit rendering's admit it and write the failure into
     the audit event (validation.policy.admission.k8s.io/validation_failure, validationActions Audit)."""
-    if assets_dir() is None:
-        pytest.skip(SKIP_REASON)
+    if (reason := skip_reason()) is not None:
+        pytest.skip(reason)
 
     def policies(overlay: str) -> list[dict[str, Any]]:
         args = ["manifests", "--ca", str(webhook_certs), "--rules", str(RULES), "--image", E2E_IMAGE, "--native"]

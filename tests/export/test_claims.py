@@ -12,6 +12,7 @@ decides otherwise (docs/native.md, "Accelerator rules and DRA claims").
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 
 import pytest
@@ -20,7 +21,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from tests.export.apiserver import Apiserver
 from tests.export.equivalence import compare, debug_cases, idempotent, pack_with_extras, suite_cases, wrapped_cases
 from tests.reliability.test_properties import pod_specs, workload
-from tests.support import cpu_pod
+from tests.support import RULES, cpu_pod
 from webhook.engine import AdmissionInput, RuleSet
 from webhook.export import CLAIMS_UNRESOLVED, Export, export
 from webhook.export.policies import CONTEXT_VARIABLES, counts_accelerators
@@ -46,9 +47,27 @@ def claims_only(admission: AdmissionInput) -> bool:
     )
 
 
+# --claims unresolved exports the counting rules only without annotation-marked allocators (KAI
+# Scheduler: the native count reads resources only; policies.RuleExporter._allocator_refusal)
+NO_ALLOCATORS = """apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUWebhookConfig
+metadata: {name: no-allocators}
+spec:
+  gpuAllocators: [{name: kai-scheduler, enabled: false}]
+"""
+
+
 @pytest.fixture(scope="module")
-def ruleset() -> RuleSet:
-    return pack_with_extras()
+def ruleset(tmp_path_factory: pytest.TempPathFactory) -> RuleSet:
+    rules = tmp_path_factory.mktemp("pack") / "rules"
+    shutil.copytree(RULES, rules)
+    (rules / "no-allocators.yaml").write_text(NO_ALLOCATORS)
+    return pack_with_extras(rules)
+
+
+def test_with_the_shipped_allocators_counting_rules_stay_with_the_webhook() -> None:
+    reasons = {r.rule: r.reason for r in export(pack_with_extras(), claims=CLAIMS_UNRESOLVED).refused}
+    assert "annotation-marked allocators (kai-scheduler" in reasons["gpu-per-pod-ceiling"]
 
 
 @pytest.fixture(scope="module")

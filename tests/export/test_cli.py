@@ -135,8 +135,8 @@ def test_claims_unresolved_exports_counting_rules_and_its_table_is_in_docs_nativ
     assert "`--claims unresolved` exports it" in err
     code, out, err = run(capsys, "--rules", str(RULES), "--claims", "unresolved", "--table")
     assert code == 0
-    # it translates, and stays with the webhook as a rule exceptions may lift (webhook.export.EXCEPTABLE)
-    assert "| gpu-per-pod-ceiling | **no** | **yes** | — | — | — | a GPUPolicyException may lift it" in out
+    # the shipped KAI Scheduler allocator counts GPUs the exported CEL cannot: the counting rules stay
+    assert "| gpu-per-pod-ceiling | **no** | **yes** | — | — | — | its accelerator count includes the GPUs of" in out
     assert "| priority-class-allowed | **no** |" in out  # reads cluster context: refused in both modes
     assert "DRA claims" not in out
     docs = (RULES.parent / "docs" / "native.md").read_text()

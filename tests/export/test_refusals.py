@@ -38,6 +38,15 @@ def test_every_refusal_says_what_the_admin_can_do(claims: str, target: str, vers
         assert any(action in refusal.reason for action in ACTIONS), refusal
 
 
+# the counting rules export (--claims unresolved) only without annotation-marked GPU allocators
+NO_ALLOCATORS = """\
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUWebhookConfig
+metadata: {name: no-allocators}
+spec:
+  gpuAllocators: [{name: kai-scheduler, enabled: false}]
+"""
+
 RULE = """\
 apiVersion: gpu-webhook.io/v1alpha1
 kind: GPUPolicy
@@ -104,11 +113,13 @@ def test_an_appwrapper_is_exported_when_the_rule_reads_no_pod_spec(tmp_path: Pat
 
 def test_objects_without_pod_templates_are_their_own_target(tmp_path: Path) -> None:
     """TrainJob, ResourceClaim: one target, the object, with no pod spec (workloads.object_target)."""
-    ruleset = load_rule_text(
-        tmp_path, RULE.format(name="small", kinds="[TrainJob]", expression="gpuCount(podSpec) == 0 && target != ''")
-    )
+    rule = RULE.format(name="small", kinds="[TrainJob]", expression="gpuCount(podSpec) == 0 && target != ''")
+    ruleset = load_rule_text(tmp_path, rule, NO_ALLOCATORS)
     result = export(ruleset, claims="unresolved")
     assert result.exported == ["small"]
+    # with the shipped KAI Scheduler allocator, a counting rule stays with the webhook, saying why
+    (refusal,) = export(load_rule_text(tmp_path / "kai", rule), claims="unresolved").refused
+    assert "annotation-marked allocators (kai-scheduler" in refusal.reason and "enabled: false" in refusal.reason
     job = {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "TrainJob",
@@ -143,9 +154,11 @@ def test_rayservice_templates_are_the_engines() -> None:
     assert {t["path"] for t in native} == {"/" + "/".join(map(str, t.root)) for t in engine}
 
 
-def test_replicasets_are_validated_never_mutated(pack: RuleSet) -> None:
+def test_replicasets_are_validated_never_mutated(tmp_path: Path) -> None:
     """The engine never mutates a ReplicaSet (its Deployment's controller would replace it forever):
     the MutatingAdmissionPolicies do not match replicasets, the validating ones do."""
+    (tmp_path / "no-allocators.yaml").write_text(NO_ALLOCATORS)
+    pack = not_exceptable(load_rules([RULES, tmp_path]).require())
     result = export(pack, claims="unresolved")
     mutating = [r.mutating for r in result.rules if r.mutating is not None]
     validating = [r.validating for r in result.rules if r.validating is not None]

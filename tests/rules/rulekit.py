@@ -49,15 +49,24 @@ def gpu_pod(
     return pod
 
 
+# The PriorityClasses the pack's priority rules name, as the server's watch would show them
+PACK_PRIORITY_CLASSES = {
+    "gpu-batch": {"value": 1000, "preemptionPolicy": "PreemptLowerPriority", "globalDefault": False},
+    "gpu-critical": {"value": 100000, "preemptionPolicy": "PreemptLowerPriority", "globalDefault": False},
+}
+
+
 def run(
     ruleset: RuleSet,
     obj: dict,
     ns_object: dict | None = None,
     operation: str = "CREATE",
     old: dict | None = None,
+    priority_classes: dict | None = None,
 ) -> Decision:
     ns = obj.get("metadata", {}).get("namespace")
-    return evaluate(
-        ruleset,
-        AdmissionInput(object=obj, old_object=old, operation=operation, namespace=ns, namespace_object=ns_object),
+    admission = AdmissionInput(
+        object=obj, old_object=old, operation=operation, namespace=ns, namespace_object=ns_object
     )
+    admission.priority_classes = priority_classes
+    return evaluate(ruleset, admission)

@@ -169,10 +169,24 @@ def test_an_admin_named_extended_resource_of_a_mig_class_pins_no_profile(tmp_pat
     assert run(pack, pod, namespace("notebooks")).allowed  # every profile allowed: nothing to pin
 
 
-def test_a_mistyped_count_denies_and_names_the_mistake(tmp_path: Path) -> None:
+def test_a_mistyped_count_fails_the_load_naming_the_mistake(tmp_path: Path) -> None:
+    """spec.paramsSchema's enum: the typo never reaches a request (a server keeps its last good rules)."""
     rules = tmp_path / "rules"
     rules.mkdir()
     text = (RULES / "gpu-per-pod-ceiling.yaml").read_text()
+    (rules / "gpu-per-pod-ceiling.yaml").write_text(text.replace("    counts: devices\n", "    counts: wholeGPUs\n"))
+    loaded = load_rules(rules)
+    assert loaded.ruleset is None
+    assert [
+        "spec.params.counts: 'wholeGPUs' is not one of ['devices', 'wholeGpus']" in str(e) for e in loaded.errors
+    ] == [True]
+
+
+def test_without_its_schema_a_mistyped_count_denies_and_names_the_mistake(tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    text = (RULES / "gpu-per-pod-ceiling.yaml").read_text()
+    text = text[: text.index("  # the params' types")]
     (rules / "gpu-per-pod-ceiling.yaml").write_text(text.replace("    counts: devices\n", "    counts: wholeGPUs\n"))
     pod = {
         "apiVersion": "v1",

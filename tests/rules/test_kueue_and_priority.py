@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from tests.rules.rulekit import RULES, example, gpu_pod, namespace, run
+from tests.rules.rulekit import PACK_PRIORITY_CLASSES, RULES, example, gpu_pod, namespace, run
 from webhook.engine import load_rules
 
 QUEUE = "/metadata/labels/kueue.x-k8s.io~1queue-name"
@@ -136,14 +136,22 @@ class TestQueueRequired:
 class TestPriorityClassByWorkload:
     def test_serving_deployment_gets_the_critical_class(self, rule_pack):
         decision = run(
-            rule_pack("priority-class-by-workload"), example("deployment-vllm-serving.yaml"), namespace("team-a")
+            rule_pack("priority-class-by-workload"),
+            example("deployment-vllm-serving.yaml"),
+            namespace("team-a"),
+            priority_classes=PACK_PRIORITY_CLASSES,
         )
         assert decision.patch == [
             {"op": "add", "path": "/spec/template/spec/priorityClassName", "value": "gpu-critical"}
         ]
 
     def test_training_job_gets_the_batch_class_on_every_gpu_replica(self, rule_pack):
-        decision = run(rule_pack("priority-class-by-workload"), example("pytorchjob-llama2.yaml"), namespace("team-a"))
+        decision = run(
+            rule_pack("priority-class-by-workload"),
+            example("pytorchjob-llama2.yaml"),
+            namespace("team-a"),
+            priority_classes=PACK_PRIORITY_CLASSES,
+        )
         assert [(op["path"], op["value"]) for op in decision.patch] == [
             ("/spec/pytorchReplicaSpecs/Master/template/spec/priorityClassName", "gpu-batch"),
             ("/spec/pytorchReplicaSpecs/Worker/template/spec/priorityClassName", "gpu-batch"),
@@ -152,24 +160,50 @@ class TestPriorityClassByWorkload:
     def test_workload_type_label_overrides_the_kind(self, rule_pack):
         obj = example("deployment-vllm-serving.yaml")
         obj["metadata"]["labels"]["gpu-webhook.io/workload-type"] = "training"
-        assert run(rule_pack("priority-class-by-workload"), obj, namespace("team-a")).patch[0]["value"] == "gpu-batch"
+        assert (
+            run(
+                rule_pack("priority-class-by-workload"),
+                obj,
+                namespace("team-a"),
+                priority_classes=PACK_PRIORITY_CLASSES,
+            ).patch[0]["value"]
+            == "gpu-batch"
+        )
 
     def test_existing_class_is_kept(self, rule_pack):
         obj = example("deployment-vllm-serving.yaml")
         obj["spec"]["template"]["spec"]["priorityClassName"] = "custom"
-        assert run(rule_pack("priority-class-by-workload"), obj, namespace("team-a")).patch == []
+        assert (
+            run(
+                rule_pack("priority-class-by-workload"),
+                obj,
+                namespace("team-a"),
+                priority_classes=PACK_PRIORITY_CLASSES,
+            ).patch
+            == []
+        )
 
     def test_labelled_pod_gets_the_class_and_loses_the_resolved_priority(self, rule_pack):
         pod = gpu_pod()
         pod["metadata"]["labels"] = {"gpu-webhook.io/workload-type": "serving"}
-        decision = run(rule_pack("priority-class-by-workload"), pod, namespace("team-a"))
+        decision = run(
+            rule_pack("priority-class-by-workload"), pod, namespace("team-a"), priority_classes=PACK_PRIORITY_CLASSES
+        )
         assert decision.patch == [
             {"op": "add", "path": "/spec/priorityClassName", "value": "gpu-critical"},
             {"op": "remove", "path": "/spec/priority"},
         ]
 
     def test_bare_pod_without_label_is_left_alone(self, rule_pack):
-        assert run(rule_pack("priority-class-by-workload"), gpu_pod(), namespace("team-a")).patch == []
+        assert (
+            run(
+                rule_pack("priority-class-by-workload"),
+                gpu_pod(),
+                namespace("team-a"),
+                priority_classes=PACK_PRIORITY_CLASSES,
+            ).patch
+            == []
+        )
 
 
 class TestKueuePriorityClass:

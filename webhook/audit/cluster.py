@@ -90,6 +90,16 @@ def _collection(resource: Resource, version: str, namespace: str | None) -> str:
     return f"{base}{scope}/{resource.plural}"
 
 
+def policy_documents(api: Api) -> list[Any]:
+    """The cluster's GPUPolicy, GPUPolicyOverlay and GPUPolicyException objects as loader documents, loaded
+    with the rule files as the server loads them (none where the CRDs are not installed). ClusterError
+    when they cannot be read."""
+    from webhook.kube.policies import PolicyCaches
+    from webhook.policies.objects import policy_object
+
+    return [policy_object(obj).document for obj in PolicyCaches(api.client).load().objects()]
+
+
 def read_context(
     api: Api, namespace: str | None = None, limit: int = 500, note: Callable[[str, int], None] | None = None
 ) -> ClusterCaches:
@@ -174,6 +184,13 @@ def apply_report(api: Api, report: dict[str, Any]) -> str:
         outcome = "replaced"
     else:
         raise ClusterError(f"GET {item}: HTTP {status}: {_reason(current)}")
+    if status == 404 and api.request("GET", f"/apis/{group_version}")[0] == 404:
+        # the API itself is not served: the GET above could not tell that from a report not written yet
+        raise ClusterError(
+            f"this cluster does not serve {group_version} (the PolicyReport CRDs are not installed): install the "
+            "policy working group's PolicyReport CRDs (kubernetes-sigs/wg-policy-prototypes; Kyverno installs "
+            "them too), or leave out --apply to write the reports to stdout"
+        )
     if status not in (200, 201):
         raise ClusterError(f"writing {item}: HTTP {status}: {_reason(body)}")
     return outcome

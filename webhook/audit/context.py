@@ -58,7 +58,15 @@ CLUSTER_SCOPED = frozenset(
 )
 
 
+# Objects the server reads from its caches as context (the CEL priorityClasses, deviceClaims): an
+# input's are context too. PriorityClasses are no admission a rule of the pack acts on: context only;
+# ResourceClaims and templates are also what tenants create, so they are audited as well.
 _CLUSTER_CONTEXT_KINDS = frozenset({"PriorityClass", "ResourceClaim", "ResourceClaimTemplate"})
+_AUDITED_CONTEXT_KINDS = frozenset({"ResourceClaim", "ResourceClaimTemplate"})
+# Cluster-scoped objects the platform admin writes, which configure what the audited objects may use
+# (runtimeClassName, DRA device classes): in the input they are context, not audited objects, as
+# Namespaces are (GPUWebhookConfig's accelerator table says which DeviceClasses are GPUs).
+_CONTEXT_ONLY = {"RuntimeClass": "node.k8s.io/", "DeviceClass": "resource.k8s.io/"}
 
 
 class NamespaceContext:
@@ -75,7 +83,7 @@ class NamespaceContext:
         self.default_namespace = default_namespace or DEFAULT_NAMESPACE
         self.taken = 0  # Namespace objects found in the input
         # PriorityClasses and DRA claims/templates met so far: the cluster context the
-        # server's watches would give (priorityClasses, deviceClaims); they are audited as well
+        # server's watches would give (priorityClasses, deviceClaims); claims are audited as well
         self.cluster_objects: list[Mapping[str, Any]] = []
         # a live cluster's context (audit --cluster): Namespaces and the rest come from it alone
         self.cluster = cluster
@@ -83,15 +91,20 @@ class NamespaceContext:
         self.problem = problem  # where a broken GPUPolicyException is told (the audit's input problems)
 
     def take(self, obj: Mapping[str, Any]) -> bool:
-        """Keep a Namespace object met in the input as context (True); anything else is left alone."""
+        """Keep a context object met in the input (True: it is not audited): a Namespace, a GPUPolicyException,
+        a PriorityClass, RuntimeClass or DeviceClass; ResourceClaims and templates are kept and audited."""
         if obj.get("kind") == EXCEPTION_KIND and str(obj.get("apiVersion", "")).startswith("gpu-webhook.io/"):
             if self.cluster is None:  # a live cluster's exceptions are in its context already
                 self._take_exception(obj)
             return True
-        if obj.get("kind") in _CLUSTER_CONTEXT_KINDS:
+        kind = obj.get("kind")
+        if kind in _CLUSTER_CONTEXT_KINDS:
             if self.cluster is None:  # a live cluster's claims are in its context already: keep none twice
                 self.cluster_objects.append(obj)
-            return False
+            return kind not in _AUDITED_CONTEXT_KINDS
+        group = _CONTEXT_ONLY.get(str(kind))
+        if group is not None and str(obj.get("apiVersion", "")).startswith(group):
+            return True
         if obj.get("kind") != "Namespace" or str(obj.get("apiVersion", "")) != "v1":
             return False
         name = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), Mapping) else None

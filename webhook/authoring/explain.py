@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.text import Text
 
 from webhook.engine import (
+    NO_NAMESPACE_CONTEXT,
     AdmissionInput,
     Decision,
     Phase,
@@ -96,8 +97,14 @@ def _lines(ruleset: RuleSet, admission: AdmissionInput, decision: Decision) -> I
     yield line()
     yield line(style("Rules", "bold"))
     outcomes = {o.rule: o for o in decision.outcomes()}
+    # rules not evaluated for want of the Namespace: one line for all of them, as audit folds them
+    unevaluated = sorted(name for name, outcome in outcomes.items() if outcome.context_missing)
     for rule in ruleset.rules:
-        yield from _rule_lines(rule, kind, admission, decision, outcomes.get(rule.name))
+        if rule.name not in unevaluated:
+            yield from _rule_lines(rule, kind, admission, decision, outcomes.get(rule.name))
+    if unevaluated:
+        rules = f"{len(unevaluated)} rule{'s' if len(unevaluated) != 1 else ''}"
+        yield line("  ", style(f"{rules} {NO_NAMESPACE_CONTEXT}", "dim"), f": {', '.join(unevaluated)}")
     yield line()
     yield from _decision_lines(decision, list(outcomes.values()))
     if decision.patch:
@@ -179,8 +186,10 @@ def _decision_lines(decision: Decision, outcomes: list[RuleOutcome]) -> Iterator
     for outcome in outcomes:
         if outcome.result == Result.EXCEPTED:
             yield line("  ", style("excepted", "magenta"), f" [{outcome.rule}] {outcome.reason}")
-        elif outcome.context_missing:
-            yield line("  ", style("skipped", "dim"), f" [{outcome.rule}] {outcome.reason}")
+    skipped = [o.rule for o in outcomes if o.context_missing]
+    if skipped:
+        rules = f"{len(skipped)} rule{'s' if len(skipped) != 1 else ''}"
+        yield line("  ", style("skipped", "dim"), f" {rules}: {NO_NAMESPACE_CONTEXT}")
 
 
 def _operation(operation: dict[str, object]) -> str:

@@ -30,6 +30,7 @@ from webhook.engine import (
     BY_KIND,
     MUTATIONS,
     POLICY_KIND,
+    TEST_KIND,
     AdmissionInput,
     LoadError,
     Phase,
@@ -37,12 +38,16 @@ from webhook.engine import (
     SourceLocation,
     celsyntax,
     evaluate,
+    inferred_params_schema,
     load_rules,
+    param_cel_types,
+    param_type_error,
     rule_files,
 )
 from webhook.kubeyaml import Document, YamlError, load_documents
 
 from .celfields import field_problems, reads_object_kind, scope_for
+from .suiteschema import schema_problems as suite_schema_problems
 
 # -- slow or leaking CEL forms -----------------------------------------------------------------------
 # Measured with cel-expr-python 0.1.3, 20,000 evaluations of one rule on a one-container GPU pod,
@@ -88,11 +93,14 @@ def lint(paths: Iterable[str | os.PathLike[str]], objects: Iterable[Document] = 
     errors = list(result.errors)
     documents = list(_policy_documents(rule_files(paths)))
     documents += [d for d in objects if isinstance(d.data, Mapping) and d.data.get("kind") == POLICY_KIND]
+    env = result.ruleset.env if result.ruleset is not None else None
     for document in documents:
         errors.extend(_field_errors(document))
         errors.extend(_slow_forms(document))
         errors.extend(_param_errors(document))
+        errors.extend(_param_type_errors(document, env))
         errors.extend(_kind_errors(document))
+    errors.extend(_suite_errors(rule_files(paths)))
     if result.ruleset is not None:
         errors.extend(_mutate_then_deny(result.ruleset, {_name(d): d for d in documents}))
     return sorted(_unique(errors), key=lambda e: (e.location.file, e.location.line, e.location.column))
@@ -116,6 +124,18 @@ def _policy_documents(files: list[str]) -> Iterator[Document]:
             data = document.data
             if isinstance(data, Mapping) and data.get("kind") == POLICY_KIND and data.get("apiVersion") == API_VERSION:
                 yield document
+
+
+def _suite_errors(files: list[str]) -> Iterator[LoadError]:
+    """GPUPolicyTest suites beside the rules that break their schema, as `gpu-webhook test` refuses them."""
+    for file in files:
+        try:
+            documents = load_documents(Path(file).read_text(encoding="utf-8"), file)
+        except (OSError, UnicodeDecodeError, YamlError):
+            continue  # the loader has reported it
+        for document in documents:
+            if isinstance(document.data, Mapping) and document.data.get("kind") == TEST_KIND:
+                yield from suite_schema_problems(document)
 
 
 def _name(document: Document) -> str:
@@ -225,6 +245,36 @@ def _param_errors(document: Document) -> Iterator[LoadError]:
                 f"{_dotted(path)}: params.{name} is not a param of this rule (its params: {known}){hint}",
                 _name(document),
             )
+
+
+def _param_type_errors(document: Document, env: Any) -> Iterator[LoadError]:
+    """An expression whose use of a param does not fit the param's type (spec.paramsSchema, else the
+    type of its default): `gpuCount(podSpec) <= params.max` with `max: "8"` errs on every object."""
+    spec = document.data.get("spec")
+    if not isinstance(spec, Mapping):
+        return
+    params = given if isinstance(given := spec.get("params"), Mapping) else {}
+    declared = spec.get("paramsSchema")
+    schema = declared if isinstance(declared, Mapping) else inferred_params_schema(params)
+    types = param_cel_types(schema)
+    origin = "spec.paramsSchema" if isinstance(declared, Mapping) else "the types of spec.params"
+    for path, text in document_cel_texts(document.data):
+        error = param_type_error(env, text, types)
+        if error is None:
+            continue
+        offset = _offset(text, error.line, error.column)
+        line, column = document.text_position(path, offset)
+        yield LoadError(
+            SourceLocation(document.file, line, column),
+            f"{_dotted(path)}: CEL type error with the params' types ({origin}): {str(error).splitlines()[0]}",
+            _name(document),
+        )
+
+
+def _offset(text: str, line: int, column: int) -> int:
+    """The offset of a 1-based line and column in text."""
+    lines = text.split("\n")
+    return sum(len(part) + 1 for part in lines[: max(line - 1, 0)]) + max(column - 1, 0)
 
 
 def document_cel_texts(data: Mapping[str, Any]) -> Iterator[tuple[tuple[Any, ...], str]]:

@@ -19,13 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from jsonschema import Draft202012Validator
 
 from webhook.audit.context import NamespaceContext
 from webhook.engine import (
     EXCEPTION_KIND,
     TEST_KIND,
-    TEST_SCHEMA,
     AdmissionInput,
     Decision,
     LoadError,
@@ -43,7 +41,7 @@ from webhook.engine import (
 )
 from webhook.kubeyaml import Document, YamlError, load_documents
 
-_VALIDATOR = Draft202012Validator(TEST_SCHEMA)
+from .suiteschema import schema_problems
 
 
 class SuiteError(Exception):
@@ -115,14 +113,8 @@ def discover(
             data = document.data
             if not isinstance(data, Mapping) or data.get("kind") != TEST_KIND:
                 continue
-            errors = sorted(_VALIDATOR.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
-            for invalid in errors:
-                line, column = document.position(tuple(invalid.absolute_path))
-                where = "/".join(map(str, invalid.absolute_path)) or "document"
-                message = invalid.message
-                if invalid.validator == "oneOf" and where.startswith("spec/cases/"):
-                    message = "a case needs exactly one of `object` or `objectFile`"
-                problems.append(LoadError(SourceLocation(file, line, column), f"{where}: {message}"))
+            errors = schema_problems(document)
+            problems.extend(errors)
             if errors:
                 continue
             own = data["spec"].get("rules")

@@ -219,15 +219,12 @@ def _cluster_error() -> type[Exception]:
 
 def _cluster_policies(api: Any) -> list[Any]:
     """The policy objects of the cluster as loader documents (none where the CRDs are not installed)."""
-    from webhook.kube import ClusterError
-    from webhook.kube.policies import PolicyCaches
-    from webhook.policies.objects import policy_object
+    from webhook.audit import cluster
 
     try:
-        listed = PolicyCaches(api.client).load().objects()
-    except ClusterError as error:
+        return cluster.policy_documents(api)
+    except cluster.ClusterError as error:
         raise UsageError(str(error)) from None
-    return [policy_object(obj).document for obj in listed]
 
 
 def _cluster_items(api: Any, args: argparse.Namespace, progress: _Progress) -> tuple[Iterator[Item], NamespaceContext]:

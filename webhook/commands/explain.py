@@ -15,6 +15,7 @@ from webhook.commands.common import (
     load_ruleset,
     namespaces_in,
     rule_paths,
+    warn,
 )
 
 
@@ -22,15 +23,17 @@ def register(commands: Any) -> None:
     parser = commands.add_parser(
         "explain",
         help="explain the decision on one object, rule by rule",
-        description="Evaluate one object as the webhook would (both phases) and show, rule by rule, whether it "
+        description="Evaluate an object as the webhook would (both phases) and show, rule by rule, whether it "
         "matched, why not, what it found and what it patched; then the decision and the mutated object. "
-        "Namespace objects in FILE (or --namespace-objects) give rules their namespaceObject.",
+        "Namespace objects in FILE (or --namespace-objects) give rules their namespaceObject; a List "
+        "(kubectl get -o yaml) or several documents are explained object by object.",
     )
     parser.add_argument(
         "-f",
         "--file",
         required=True,
-        help="the object, optionally with its Namespace and GPUPolicyExceptions (YAML or JSON; - for stdin)",
+        help="the object (or a List, or several), optionally with its Namespace, GPUPolicyExceptions, "
+        "PriorityClasses, RuntimeClasses and DeviceClasses as context (YAML or JSON; - for stdin)",
     )
     add_namespace_objects(parser)
     parser.add_argument("--operation", default="CREATE", choices=("CREATE", "UPDATE", "DELETE", "CONNECT"))
@@ -41,6 +44,15 @@ def register(commands: Any) -> None:
         help="the namespace of an object that names none (as kubectl apply -n; default: default)",
     )
     parser.add_argument("--user", default="gpu-webhook-explain", help="request.userInfo.username")
+    live = parser.add_argument_group("live cluster")
+    live.add_argument(
+        "--cluster",
+        action="store_true",
+        help="explain against the cluster's GPUPolicy objects and overlays, its GPUPolicyExceptions, "
+        "the object's Namespace and the PriorityClasses and DRA objects, read as `audit --cluster` reads them",
+    )
+    live.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig file (default: $KUBECONFIG, in-cluster)")
+    live.add_argument("--context", metavar="NAME", help="kubeconfig context")
     add_rules(parser)
     parser.add_argument("--color", action="store_true", default=None, help="colour even when not on a terminal")
     parser.add_argument("--no-color", dest="color", action="store_false", help="never colour")
@@ -54,41 +66,87 @@ def run(args: argparse.Namespace) -> int:
 
     if args.operation == "UPDATE" and not args.old:
         raise UsageError("--operation UPDATE needs --old FILE")
-    ruleset = load_ruleset(rule_paths(args.rules, args.site))
+    documents = _read(args.file)
+    subjects = _subjects(documents, args.file)
+    if args.old and len(subjects) != 1:
+        raise UsageError(f"{_name(args.file)}: --old goes with one object, found {len(subjects)}")
+    old = _single(_subjects(_read(args.old), args.old), args.old) if args.old else None
+    for subject in subjects:
+        _check_namespace(subject, args.namespace)
     problems: list[str] = []
-    namespaces = namespaces_in(args.namespace_objects, problems.append)
+    if args.cluster:
+        objects, cluster = _cluster(args, {_namespace_of(s, args.namespace) for s in subjects})
+        ruleset = load_ruleset(rule_paths(args.rules, args.site), objects=objects)
+        context = NamespaceContext(default_namespace=args.namespace, cluster=cluster, problem=problems.append)
+    else:
+        ruleset = load_ruleset(rule_paths(args.rules, args.site))
+        namespaces = namespaces_in(args.namespace_objects, problems.append)
+        context = NamespaceContext(namespaces, args.namespace, problem=problems.append)
+    explained = {id(subject) for subject in subjects}
+    for document in documents:  # Namespaces, GPUPolicyExceptions, PriorityClasses...: context, as in the cluster
+        if id(document) not in explained or document.get("kind") in ("ResourceClaim", "ResourceClaimTemplate"):
+            context.take(document)
     if problems:
         raise UsageError("\n".join(problems))
-    obj, found, context_documents = _read(args.file)
-    namespaces.update(found)
-    old = _read(args.old)[0] if args.old else None
-    _check_namespace(obj or old, args.namespace)
-    context = NamespaceContext(namespaces, args.namespace, problem=problems.append)
-    for document in context_documents:  # GPUPolicyExceptions beside the object apply as in the cluster
-        context.take(document)
-    if problems:
-        raise UsageError("\n".join(problems))
-    admission = context.admission(
-        obj if args.operation != "DELETE" else None,
-        operation=args.operation,
-        old_object=old if args.operation != "DELETE" else (old or obj),
-        user_info={"username": args.user},
-    )
-    decision, lines = explain(ruleset, admission)
     out = console(sys.stdout, args.color)
-    for line in lines:
-        out.print(line)
-    # the story says "not evaluated: no namespace context" rule by rule; one line says how to give it
-    unevaluated = [o.rule for o in decision.outcomes() if o.reason.startswith(NO_NAMESPACE_CONTEXT)]
-    if unevaluated:
-        count = f"{len(unevaluated)} rule{'s' if len(unevaluated) != 1 else ''}"
-        name = admission.namespace
+    allowed = True
+    missing: dict[str, int] = {}  # namespace without its Namespace object -> rules not evaluated there
+    for index, subject in enumerate(subjects):
+        admission = context.admission(
+            subject if args.operation != "DELETE" else None,
+            operation=args.operation,
+            old_object=old if args.operation != "DELETE" else (old or subject),
+            user_info={"username": args.user},
+        )
+        decision, lines = explain(ruleset, admission)
+        if index:
+            out.print()
+        for text in lines:
+            out.print(text)
+        allowed = allowed and decision.allowed
+        unevaluated = [o.rule for o in decision.outcomes() if o.reason.startswith(NO_NAMESPACE_CONTEXT)]
+        if unevaluated and admission.namespace:
+            missing[admission.namespace] = max(missing.get(admission.namespace, 0), len(unevaluated))
+    for name, rules in missing.items():
+        # the story folds "not evaluated: no namespace context"; one line says how to give it
+        count = f"{rules} rule{'s' if rules != 1 else ''}"
+        if args.cluster:
+            fix = "let your account get that Namespace"
+        else:
+            fix = (
+                f"add it to {_name(args.file)} or pass --namespace-objects FILE "
+                f"(e.g. `kubectl get ns {name} -o yaml > ns.yaml`)"
+            )
         print(
-            f"hint: {count} {NO_NAMESPACE_CONTEXT}: no Namespace object named {name!r} in the input; add it to "
-            f"{_name(args.file)} or pass --namespace-objects FILE (e.g. `kubectl get ns {name} -o yaml > ns.yaml`)",
+            f"hint: {count} {NO_NAMESPACE_CONTEXT}: no Namespace object named {name!r} in the input; {fix}",
             file=sys.stderr,
         )
-    return EXIT_OK if decision.allowed else EXIT_FAILED
+    return EXIT_OK if allowed else EXIT_FAILED
+
+
+def _cluster(args: argparse.Namespace, namespaces: set[str | None]) -> tuple[list[Any], Any]:
+    """The cluster's policy objects and its context for the objects' namespace, as audit --cluster reads them."""
+    from webhook.audit import cluster
+
+    try:
+        api = cluster.Api(cluster.connect(args.kubeconfig, args.context))
+        objects = cluster.policy_documents(api)
+        scoped = next(iter(namespaces)) if len(namespaces) == 1 else None
+
+        def unavailable(message: str, status: int) -> None:
+            if status != 404:  # not served (an older cluster) is quiet, as in audit
+                warn(message)
+
+        context = cluster.read_context(api, scoped, note=unavailable)
+    except cluster.ClusterError as error:
+        raise UsageError(str(error)) from None
+    return objects, context
+
+
+def _namespace_of(obj: dict[str, Any], given: str | None) -> str | None:
+    from webhook.audit.context import NamespaceContext
+
+    return NamespaceContext(default_namespace=given).namespace_of(obj)
 
 
 def _name(path: str) -> str:
@@ -105,12 +163,13 @@ def _check_namespace(obj: dict[str, Any] | None, namespace: str | None) -> None:
         raise UsageError(f"the object's namespace {own!r} does not match --namespace {namespace!r}")
 
 
-# documents beside the object that are its context, not a second object
-_CONTEXT_KINDS = ("Namespace", "GPUPolicyException")
+# documents beside the objects that are their context, not objects to explain (NamespaceContext.take);
+# ResourceClaims and templates are both
+_CONTEXT_KINDS = ("Namespace", "GPUPolicyException", "PriorityClass", "RuntimeClass", "DeviceClass")
 
 
-def _read(path: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]], list[dict[str, Any]]]:
-    """The one object in the file, the Namespace objects beside it, and the GPUPolicyExceptions."""
+def _read(path: str) -> list[dict[str, Any]]:
+    """The documents of the file, each `kind: List` replaced by its items (as audit reads them)."""
     import yaml
 
     from webhook.kubeyaml import Loader
@@ -138,19 +197,21 @@ def _read(path: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]], list[di
         request = documents[0].get("request") or {}
         if isinstance(request.get("object"), dict):
             raise UsageError(f"{name}: an AdmissionReview; explain reads the object (its request.object)")
-    namespaces = {
-        str(d["metadata"]["name"]): d
-        for d in documents
-        if d.get("kind") == "Namespace" and isinstance(d.get("metadata"), dict) and d["metadata"].get("name")
-    }
-    subjects = [d for d in documents if d.get("kind") not in _CONTEXT_KINDS] or documents
-    if len(subjects) != 1:
-        raise UsageError(
-            f"{name}: expected one object (and optionally its Namespace), found {len(subjects)}: "
-            "`gpu-webhook audit` reports on many"
-        )
-    exceptions = [d for d in documents if d.get("kind") == "GPUPolicyException" and d is not subjects[0]]
-    return subjects[0], namespaces, exceptions
+    return documents
+
+
+def _subjects(documents: list[dict[str, Any]], path: str) -> list[dict[str, Any]]:
+    """The objects to explain: every document that is not context (a file of context only: each of those)."""
+    found = [d for d in documents if d.get("kind") not in _CONTEXT_KINDS] or documents
+    if not found:
+        raise UsageError(f"{_name(path)}: no object to explain")
+    return found
+
+
+def _single(found: list[dict[str, Any]], path: str) -> dict[str, Any]:
+    if len(found) != 1:
+        raise UsageError(f"{_name(path)}: expected one old object, found {len(found)}")
+    return found[0]
 
 
 def _expanded(documents: list[Any]) -> list[Any]:

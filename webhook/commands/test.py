@@ -32,10 +32,11 @@ def register(commands: Any) -> None:
     )
     parser.add_argument(
         "paths",
-        nargs="+",
+        nargs="*",
         metavar="PATH",
         help="suite file or directory (searched recursively); with several, each suite also loads the "
-        "documents of the others (a site directory's overlays and exceptions on top of the pack)",
+        "documents of the others (a site directory's overlays and exceptions on top of the pack); "
+        "default: the rule pack's own suites ($GPU_WEBHOOK_RULES, else the installed pack)",
     )
     add_rules(parser, default="the suite's spec.rules, else PATH when it is a directory (with --site: the pack)")
     parser.add_argument("-o", "--output", choices=("text", "junit"), default="text", help="report format")
@@ -46,6 +47,8 @@ def run_tests(args: argparse.Namespace) -> int:
     from webhook.authoring import report
     from webhook.authoring.suite import SuiteError, discover, run
 
+    if not args.paths:
+        args.paths = [default_rules_dir()]  # the pack and its suites (tests/ beside its rules)
     for path in args.paths:
         if not os.path.exists(path):
             raise UsageError(f"path not found: {path}")

@@ -51,6 +51,9 @@ from .mutate import (
     mutation_name,
 )
 from .overlays import OVERLAID_BY, apply_overlays
+from .paramtypes import cel_types as param_cel_types
+from .paramtypes import inferred_schema as inferred_params_schema
+from .paramtypes import type_error as param_type_error
 from .pointer import is_map
 from .policy import Action, KindApi, LabelSelector, LoadError, Rule, RuleLoadError, SourceLocation
 from .quantity import QuantityError, parse_quantity, quantity_of
@@ -169,6 +172,8 @@ __all__ += [
     "celsyntax",
     "plain_result",
 ]
+# the types of a rule's params, for lint (paramtypes.py)
+__all__ += ["inferred_params_schema", "param_cel_types", "param_type_error"]
 # accelerators and quantities
 __all__ += [
     "Accelerators",

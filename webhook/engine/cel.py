@@ -40,8 +40,17 @@ VARIABLES = (
     "deviceClaims",  # the target's DRA pod claims, resolved (resources.Accelerators.claim_summary)
 )
 # Values computed in Python for the target being evaluated, read by the rewritten helpers.
-# targetWholeGpuCount: targetGpuCount without MIG slices, time-sliced replicas, vGPUs and shares
-TARGET_VARIABLES = ("targetGpuCount", "targetWholeGpuCount", "containerGpus", "quantities", "accelerators")
+# targetWholeGpuCount: targetGpuCount without MIG slices, time-sliced replicas, vGPUs and shares;
+# allocatorEnv: container name -> {writes, theirs, envFrom}, the device variables an annotation-marked
+# GPU allocator writes into it (resources.Allocator, facts.TargetFacts.allocator_env)
+TARGET_VARIABLES = (
+    "targetGpuCount",
+    "targetWholeGpuCount",
+    "containerGpus",
+    "allocatorEnv",
+    "quantities",
+    "accelerators",
+)
 # cel-cpp's RuntimeOptions.comprehension_max_iterations, fixed by cel-expr-python (not settable from
 # Python): one evaluation of one expression may run 10,000 comprehension steps in all, nested and
 # sequential comprehensions counted together (measured: xs.all() fails at 10,000 items; two in a
@@ -156,6 +165,34 @@ class CelEnvironment:
             "exact": dict.fromkeys(accelerators.exact, True),
             "prefixes": list(accelerators.prefixes),
         }
+
+    def type_check(self, text: str, typed: Mapping[str, Any]) -> CelCompileError | None:
+        """The checker's error for `text` with some variables declared as the given cel.Type, or None.
+
+        For lint (paramtypes.py): every other variable stays dyn, as at load, so an error here is one
+        the declared types cause. Compiled in an environment of its own, kept per set of types.
+        """
+        key = (self.accelerators, tuple(sorted((name, str(kind)) for name, kind in typed.items())))
+        env = _TYPED_ENVS.get(key)
+        if env is None:
+            if len(_TYPED_ENVS) >= MAX_RUNTIMES:
+                _TYPED_ENVS.clear()
+            variables: dict[str, Any] = {name: cel.Type.DYN for name in (*VARIABLES, *TARGET_VARIABLES)}
+            variables["targetGpuCount"] = variables["targetWholeGpuCount"] = cel.Type.INT
+            variables.update(typed)
+            env = _TYPED_ENVS[key] = cel.NewEnv(
+                variables=variables,
+                extensions=[ext_strings.ExtStrings(), ext_bindings.ExtBindings()],
+                functions=_functions(self.accelerators),
+            )
+        try:
+            env.compile(text)
+        except RuntimeError as error:
+            message = str(error)
+            where = _POSITION.search(message)
+            line, column = (int(where.group(1)), int(where.group(2))) if where else (1, 1)
+            return CelCompileError(_clean(message), line, column)
+        return None
 
     def compile(self, text: str, *, params: Any = None, rewrite: bool = True) -> CompiledExpression:
         """Compile one expression; `params` (the rule's, when given) is bound in as a constant.
@@ -310,6 +347,7 @@ class _Runtime:
 
 
 _RUNTIMES: dict[Accelerators, _Runtime] = {}
+_TYPED_ENVS: dict[tuple[Accelerators, tuple[tuple[str, str], ...]], Any] = {}  # CelEnvironment.type_check
 
 
 def _runtime(accelerators: Accelerators) -> _Runtime:

@@ -122,7 +122,7 @@ class _Run:
                 evaluate=lambda expression, r=rule, t=target: programs.eval(r, t, expression),  # type: ignore[misc]
                 accelerators=self.ruleset.accelerators,
                 sub_resource=self.admission.sub_resource,
-                uses_accelerator_claims=lambda container, t=target: copy.uses_accelerator_claims(t, container),  # type: ignore[misc]
+                gpu_otherwise=lambda container, t=target: copy.gpu_otherwise(t, container),  # type: ignore[misc]
             )
             try:
                 for mutation in rule.mutations:

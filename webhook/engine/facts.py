@@ -78,13 +78,16 @@ class WorkingCopy:
             return cached
         if cached is not None and self.patcher is not None:
             edits = self.patcher.operations[cached.version :]
-            if not edits_pod_specs(edits, target):
+            if not edits_pod_specs(edits, target) and not (
+                accelerators_read_annotations(self.accelerators) and edits_pod_annotations(edits, target)
+            ):
                 # labels, annotations: the pod specs read before are still what the working copy
                 # holds (the same values, if not the same dicts once the object was copied)
                 cached.version = version
                 return cached
         pod_specs = [get_path(self.working, path) for path in target.pod_specs]
         facts = TargetFacts(version=version, pod_specs=pod_specs, containers=pod_containers(pod_specs), gpus=0)
+        facts.pod_metadata = [get_path(self.working, path) for path in target.pod_metadata]
         accelerators = self.accelerators
         if not target.root and self.working.get("kind") in CLAIM_KINDS:
             facts.own_claims = [own_claim_summary(accelerators, self.working)]
@@ -92,18 +95,26 @@ class WorkingCopy:
             cached is not None
             and self.patcher is not None
             and not edits_containers(self.patcher.operations[cached.version :], target)
+            and not (
+                accelerators_read_annotations(accelerators)
+                and edits_pod_annotations(self.patcher.operations[cached.version :], target)
+            )
         ):
             facts.gpus, facts.claims = cached.gpus, cached.claims
             facts._container_gpus, facts._quantities = cached._container_gpus, cached._quantities
             facts._accelerated = cached._accelerated
             facts._whole_gpus = cached._whole_gpus
+            facts._allocator_env = cached._allocator_env
         else:
             admission = self.admission
             facts.claims = [
                 accelerators.pod_claims(spec, admission.resource_claims, admission.resource_claim_templates)
                 for spec in pod_specs
             ]
-            counts = [accelerators.pod_count(s, c) for s, c in zip(pod_specs, facts.claims, strict=True)]
+            counts = [
+                accelerators.pod_count(s, c, metadata=m)
+                for s, c, m in zip(pod_specs, facts.claims, facts.pod_metadata, strict=True)
+            ]
             facts.gpus = sum(counts)
             if version == 0:  # the object as received: Decision.accelerators needs no second count
                 self._received.update(zip(target.pod_specs, counts, strict=True))
@@ -114,9 +125,19 @@ class WorkingCopy:
         """Decision.accelerators: what the object as received asks for, reusing the counts rules made."""
         return object_accelerators(self.accelerators, self.admission, self._received)
 
-    def uses_accelerator_claims(self, target: Target, container: Mapping[str, Any]) -> bool:
+    def gpu_otherwise(self, target: Target, container: Mapping[str, Any]) -> bool:
+        """Whether a container has a GPU other than through its resources: an accelerator DRA claim, or
+        an annotation-marked allocator's (resources.Allocator)."""
         accelerators = self.accelerators
-        return any(accelerators.container_uses_accelerator_claims(container, c) for c in self.facts(target).claims)
+        facts = self.facts(target)
+        if any(accelerators.container_uses_accelerator_claims(container, c) for c in facts.claims):
+            return True
+        metadata = facts.pod_metadata or [None] * len(facts.pod_specs)
+        return any(
+            allocation.container is container
+            for spec, meta in zip(facts.pod_specs, metadata, strict=True)
+            for allocation in accelerators.allocations(spec, meta)
+        )
 
 
 CLAIM_KINDS = frozenset({"ResourceClaim", "ResourceClaimTemplate"})
@@ -152,7 +173,7 @@ def object_accelerators(
         if count is None:
             spec = get_path(document, path)
             claims = accelerators.pod_claims(spec, admission.resource_claims, admission.resource_claim_templates)
-            count = accelerators.pod_count(spec, claims)
+            count = accelerators.pod_count(spec, claims, metadata=get_path(document, (*path[:-1], "metadata")))
         total += count
     return total
 
@@ -166,6 +187,8 @@ class TargetFacts:
     claims: list[PodClaims] = field(default_factory=list)  # per pod spec, in pod_specs order
     # a ResourceClaim or ResourceClaimTemplate under admission, summarised as its pods' claims are
     own_claims: list[dict[str, Any]] = field(default_factory=list)
+    pod_metadata: list[Any] = field(default_factory=list)  # per pod spec, the pod's metadata beside it
+    _allocator_env: dict[str, dict[str, list[str]]] | None = None
     _container_gpus: dict[str, int] | None = None
     _quantities: dict[str, float] | None = None
     _accelerated: bool | None = None
@@ -206,16 +229,55 @@ class TargetFacts:
         if self._container_gpus is None:
             found: dict[str, int] = {}
             claims_per_spec = self.claims or [NO_CLAIMS] * len(self.pod_specs)
-            for spec, claims in zip(self.pod_specs, claims_per_spec, strict=True):
+            metadata = self.pod_metadata or [None] * len(self.pod_specs)
+            for spec, claims, meta in zip(self.pod_specs, claims_per_spec, metadata, strict=True):
+                allocated = {id(a.container): a.devices for a in accelerators.allocations(spec, meta)}
                 for container in pod_containers([spec]):
                     if not is_map(container) or not isinstance(container.get("name"), str):
                         continue
                     count = accelerators.container_count(container)
                     count += accelerators.container_claim_count(container, claims)
+                    count += allocated.get(id(container), 0)
                     name = container["name"]
                     found[name] = count if found.get(name, count) == count else -1
             self._container_gpus = found
         return self._container_gpus
+
+    def allocator_env(self, accelerators: Accelerators) -> dict[str, dict[str, list[str]]]:
+        """CEL's allocatorEnv: container name -> the device variables an annotation-marked allocator
+        writes into it (`writes`), those whose entries there are all the allocator's (`theirs`), and
+        the allocator's envFrom ConfigMaps (`envFrom`) (resources.Allocation.env).
+
+        A name that is an allocator's container in one pod spec and not in another (Kubeflow replicas
+        share container names) maps to what they share: nothing is the allocator's that is not in each.
+        """
+        if self._allocator_env is None:
+            found: dict[str, dict[str, list[str]]] = {}
+            plain: set[str] = set()  # names of containers no allocator writes into
+            metadata = self.pod_metadata or [None] * len(self.pod_specs)
+            for spec, meta in zip(self.pod_specs, metadata, strict=True):
+                allocated = {id(a.container): a for a in accelerators.allocations(spec, meta)}
+                for container in pod_containers([spec]):
+                    name = container.get("name") if is_map(container) else None
+                    if not isinstance(name, str):
+                        continue
+                    allocation = allocated.get(id(container))
+                    if allocation is None:
+                        plain.add(name)
+                        continue
+                    entry = allocation.env()
+                    before = found.get(name)
+                    if before is not None:
+                        entry = {
+                            "writes": sorted({*before["writes"], *entry["writes"]}),
+                            "theirs": [v for v in before["theirs"] if v in entry["theirs"]],
+                            "envFrom": [n for n in before["envFrom"] if n in entry["envFrom"]],
+                        }
+                    found[name] = entry
+            for name in plain & found.keys():
+                found[name] = {"writes": found[name]["writes"], "theirs": [], "envFrom": []}
+            self._allocator_env = found
+        return self._allocator_env
 
     def quantities(self) -> dict[str, float]:
         """Every quantity written in the containers' resources, by its text (as CEL's string() gives it)."""
@@ -262,6 +324,22 @@ def edits_pod_specs(operations: list[dict[str, Any]], target: Target) -> bool:
         path = operation["path"]
         for spec in specs:
             if path == spec or path.startswith(spec + "/") or spec.startswith(path + "/"):
+                return True
+    return False
+
+
+def accelerators_read_annotations(accelerators: Accelerators) -> bool:
+    return bool(accelerators.allocators)
+
+
+def edits_pod_annotations(operations: list[dict[str, Any]], target: Target) -> bool:
+    """Whether any of these patch operations writes into, or replaces, the annotations of a pod of the
+    target (what an annotation-marked allocator reads: resources.Allocator)."""
+    places = [to_pointer((*path, "annotations")) for path in target.pod_metadata]
+    for operation in operations:
+        path = operation["path"]
+        for place in places:
+            if path == place or path.startswith(place + "/") or place.startswith(path + "/"):
                 return True
     return False
 

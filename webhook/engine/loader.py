@@ -22,6 +22,7 @@ from .cel import CelCompileError, CelEnvironment, CompiledExpression
 from .exceptions import EXCEPTION_VALIDATOR, PolicyException, parse_exception, unknown_rules
 from .mutate import MUTATIONS, Mutation, build_mutation
 from .overlays import OVERLAID_BY, apply_overlays
+from .paramtypes import inferred_schema, params_problems, schema_problems
 from .policy import Action, KindApi, LoadError, Match, Rule, RuleLoadError, SourceLocation, Validation
 from .ratcheting import rule_inputs
 from .resources import Accelerators
@@ -176,6 +177,12 @@ def compile_documents(
         if _schema_errors(document, _POLICY_VALIDATOR, errors, name):
             valid.append(document)
     overlays = [d for d in overlays if _schema_errors(d, _OVERLAY_VALIDATOR, errors, None)]
+    # each rule's params schema, as shipped: declared, or the types of its defaults (paramtypes.py)
+    param_schemas = {
+        document.data["metadata"]["name"]: document.data["spec"].get("paramsSchema")
+        or inferred_schema(document.data["spec"].get("params") or {})
+        for document in valid
+    }
     if overlays:
         valid = apply_overlays(valid, overlays, errors, known=frozenset(named))
     for document in valid:
@@ -186,7 +193,8 @@ def compile_documents(
     seen: dict[str, SourceLocation] = {}
     for document in valid:
         before = len(errors)
-        rule = _compile_rule(document, env, errors)
+        name = document.data["metadata"]["name"]
+        rule = _compile_rule(document, env, errors) if _params_fit(document, param_schemas.get(name), errors) else None
         overlaid = (document.data["metadata"].get("annotations") or {}).get(OVERLAID_BY)
         if overlaid and len(errors) > before:
             # the rule compiled as shipped: what broke it is the overlay's value
@@ -214,6 +222,27 @@ def exception_errors(documents: list[Document], rules: Mapping[str, bool]) -> li
     errors: list[LoadError] = []
     _exceptions(documents, rules, errors)
     return errors
+
+
+def _params_fit(document: Document, schema: Any, errors: list[LoadError]) -> bool:
+    """Whether the rule's params (after overlays) fit its params schema; each problem reported."""
+    spec = document.data["spec"]
+    name = document.data["metadata"]["name"]
+    if not isinstance(schema, Mapping):
+        return True
+    before = len(errors)
+    if "paramsSchema" in spec:
+        for path, message in schema_problems(spec["paramsSchema"]):
+            where = _location(document, ("spec", "paramsSchema", *path))
+            errors.append(LoadError(where, f"{dotted(('spec', 'paramsSchema', *path))}: {message}", name))
+        if len(errors) > before:
+            return False
+    declared = "paramsSchema" in spec
+    for path, message in params_problems(spec.get("params") or {}, schema):
+        where = _location(document, ("spec", "params", *path))
+        origin = "spec.paramsSchema" if declared else "the type of the shipped default"
+        errors.append(LoadError(where, f"{dotted(('spec', 'params', *path))}: {message} ({origin})", name))
+    return len(errors) == before
 
 
 def _exceptions(

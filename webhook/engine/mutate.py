@@ -45,9 +45,10 @@ class MutationContext:
     accelerators: Accelerators
     # the request's subresource: "ephemeralcontainers" when kubectl debug adds a container
     sub_resource: str = ""
-    # whether a container names a DRA claim of accelerators (or one the engine cannot resolve) in
-    # resources.claims: a GPU container without any nvidia.com/gpu in its resources
-    uses_accelerator_claims: Callable[[Mapping[str, Any]], bool] = lambda container: False
+    # whether a container has a GPU other than through its resources: it names a DRA claim of
+    # accelerators (or one the engine cannot resolve) in resources.claims, or an annotation-marked
+    # allocator gives it one (resources.Allocator)
+    gpu_otherwise: Callable[[Mapping[str, Any]], bool] = lambda container: False
 
 
 class Mutation(Protocol):
@@ -412,7 +413,7 @@ class AddEnv(_NoCel):
     def _selects(self, ctx: MutationContext, container: Mapping[str, Any]) -> bool:
         if self.containers == "all":
             return True
-        has_gpu = ctx.accelerators.container_count(container) > 0 or ctx.uses_accelerator_claims(container)
+        has_gpu = ctx.accelerators.container_count(container) > 0 or ctx.gpu_otherwise(container)
         return has_gpu if self.containers == "gpu" else not has_gpu
 
     def _add(self, ctx: MutationContext, env_path: Path, env: Any) -> None:

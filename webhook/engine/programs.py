@@ -38,6 +38,7 @@ FACT_VARIABLES = frozenset(
         "targetWholeGpuCount",
         "deviceClaims",
         "containerGpus",
+        "allocatorEnv",
         "quantities",
     }
 )
@@ -319,6 +320,8 @@ class Programs:
             variables["deviceClaims"] = [claim for claims in facts.claims for claim in claims.items] + facts.own_claims
         if "containerGpus" in references:
             variables["containerGpus"] = facts.container_gpus(self.ruleset.accelerators)
+        if "allocatorEnv" in references:
+            variables["allocatorEnv"] = facts.allocator_env(self.ruleset.accelerators)
         if "quantities" in references:
             variables["quantities"] = facts.quantities()
         return self.ruleset.env.activation(variables)

@@ -58,6 +58,148 @@ DEFAULT_DEVICE_CLASSES: tuple[str, ...] = (
 DEFAULT_SLICE_RESOURCES: tuple[str, ...] = ("nvidia.com/mig-*", "nvidia.com/gpu.shared", "volcano.sh/vgpu-number")
 DEFAULT_SLICE_DEVICE_CLASSES: tuple[str, ...] = ("mig.nvidia.com",)
 
+# GPU allocators that mark a container by something other than a resource name or a DRA claim: the
+# allocator table. The resource- and claim-marked allocators are the lists above: the NVIDIA, AMD,
+# Intel and Habana device plugins and DRA drivers, HAMi (its vGPUs as `nvidia.com/gpu` beside
+# `nvidia.com/gpumem` / `nvidia.com/gpucores`, Project-HAMi/HAMi docs/config.md, resourceCountName,
+# resourceMemoryName, resourceCoreName) and Volcano (`volcano.sh/vgpu-number`, `volcano.sh/vgpu-memory`,
+# `volcano.sh/vgpu-cores`; volcano-sh/devices README and volcano-sh/volcano
+# pkg/scheduler/api/devices/nvidia/vgpu); their device plugins write the device variables when the
+# container is created, outside the pod spec, so every device variable in the spec is the tenant's.
+# An annotation-marked allocator (Allocator below) also writes device variables into the pod spec
+# itself; those entries, in the allocator's own form, are not the tenant's (allocator_env).
+#
+# NVIDIA KAI Scheduler (kai-scheduler/api constants/constants.go: GpuFraction "gpu-fraction",
+# GpuMemory "gpu-memory", GpuFractionContainerName "gpu-fraction-container-name",
+# GpuFractionsNumDevices "gpu-fraction-num-devices", DefaultSchedulerName "kai-scheduler"): a pod
+# with a `gpu-fraction` or `gpu-memory` annotation and no nvidia.com/gpu request gets a share of a GPU
+# (docs/gpu-sharing/README.md). The share goes to the first app container, or to the container the
+# `gpu-fraction-container-name` annotation names, init containers looked up first (pkg/common/resources
+# GetFractionContainerRef). KAI's binder mutates that container at admission
+# (NVIDIA/KAI-Scheduler pkg/binder/plugins/gpusharing/gpu_sharing.go, Mutate): NVIDIA_VISIBLE_DEVICES
+# and GPU_PORTION as valueFrom.configMapKeyRef and an envFrom configMapRef (pkg/binder/common/
+# gpu_access.go, AddVisibleDevicesEnvVars), every ConfigMap named after the pod's
+# `runai/shared-gpu-configmap` annotation (pkg/binder/common/gpusharingconfigmap/config_map.go), and
+# writes the reserved GPU ids into that ConfigMap at binding (PreBind, SetNvidiaVisibleDevices). Only
+# KAI's scheduler hands out the share: a pod with KAI's annotations but another schedulerName has no GPU.
+
+
+@dataclass(frozen=True, slots=True)
+class Allocator:
+    """One GPU allocator that marks its containers with pod annotations (GPUWebhookConfig gpuAllocators).
+
+    A pod has the allocator's GPU when its spec's schedulerName is one of `scheduler_names` (any, when
+    empty) and its metadata carries one of `pod_annotations`. The allocated container is the one
+    `container_annotation` names (init containers first, then app containers), else the first app
+    container; it counts `devices_annotation`'s whole number (default 1) of devices, none of them a
+    whole GPU. `env` are the device variables the allocator writes into that container, always as a
+    `valueFrom.configMapKeyRef` to a ConfigMap whose name starts with the value of the pod's
+    `config_map_annotation` and a dash (any ConfigMap, when that is empty).
+    """
+
+    name: str
+    pod_annotations: tuple[str, ...]
+    scheduler_names: tuple[str, ...] = ()
+    container_annotation: str = ""
+    devices_annotation: str = ""
+    env: tuple[str, ...] = ()
+    config_map_annotation: str = ""
+
+    @classmethod
+    def from_config(cls, entry: Mapping[str, Any]) -> Allocator:
+        """One gpuAllocators entry of a GPUWebhookConfig (schema.py CONFIG_SCHEMA checked it)."""
+        return cls(
+            name=str(entry["name"]),
+            pod_annotations=tuple(entry["podAnnotations"]),
+            scheduler_names=tuple(entry.get("schedulerNames", ())),
+            container_annotation=str(entry.get("containerAnnotation", "")),
+            devices_annotation=str(entry.get("devicesAnnotation", "")),
+            env=tuple(entry.get("env", ())),
+            config_map_annotation=str(entry.get("configMapAnnotation", "")),
+        )
+
+    def allocation(self, pod_spec: Mapping[str, Any], metadata: Any) -> Allocation | None:
+        """The container this allocator gives a GPU in one pod spec, or None."""
+        annotations = metadata.get("annotations") if is_map(metadata) else None
+        if not is_map(annotations) or not any(key in annotations for key in self.pod_annotations):
+            return None
+        if self.scheduler_names and pod_spec.get("schedulerName") not in self.scheduler_names:
+            return None
+        container: Mapping[str, Any] | None = None
+        named = annotations.get(self.container_annotation) if self.container_annotation else None
+        if isinstance(named, str):
+            for field_name in ("initContainers", "containers"):
+                container = next((c for c in _containers(pod_spec, field_name) if c.get("name") == named), None)
+                if container is not None:
+                    break
+        elif named is None:
+            first = _containers(pod_spec, "containers")[:1]
+            container = first[0] if first else None
+        if container is None:
+            return None  # the allocator refuses such a pod (no container named so): it gets no GPU
+        devices = annotations.get(self.devices_annotation) if self.devices_annotation else None
+        count = int(devices) if isinstance(devices, str) and devices.isdigit() and len(devices) <= 4 else 1
+        prefix: str | None = ""
+        if self.config_map_annotation:
+            value = annotations.get(self.config_map_annotation)
+            prefix = value + "-" if isinstance(value, str) and value else None
+        return Allocation(self, container, max(count, 1), prefix)
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """An annotation-marked allocator's container in one pod spec: how much it counts, whose ConfigMaps."""
+
+    allocator: Allocator
+    container: Mapping[str, Any]
+    devices: int
+    # ConfigMap names of the allocator's start with this; None: the pod has no such ConfigMap yet
+    # (the allocator's webhook has not named one), so no entry there is the allocator's
+    config_map_prefix: str | None
+
+    def env(self) -> dict[str, list[str]]:
+        """CEL's allocatorEnv entry: `writes` (the variables the allocator writes), `theirs` (those whose
+        every entry in the container is the allocator's form) and `envFrom` (the allocator's ConfigMaps
+        among the container's envFrom sources)."""
+        prefix = self.config_map_prefix
+        entries = self.container.get("env")
+        theirs: list[str] = []
+        for variable in self.allocator.env:
+            found = [e for e in entries if is_map(e) and e.get("name") == variable] if isinstance(entries, list) else []
+            if found and prefix is not None and all(_config_map_key_name(e, prefix) for e in found):
+                theirs.append(variable)
+        sources = self.container.get("envFrom")
+        env_from: list[str] = []
+        for source in sources if isinstance(sources, list) and prefix is not None else []:
+            reference = source.get("configMapRef") if is_map(source) else None
+            name = reference.get("name") if is_map(reference) else None
+            if isinstance(name, str) and name.startswith(prefix or "") and not source.get("prefix"):
+                env_from.append(name)
+        return {"writes": list(self.allocator.env), "theirs": theirs, "envFrom": env_from}
+
+
+def _config_map_key_name(entry: Mapping[str, Any], prefix: str) -> bool:
+    """Whether an env entry is a valueFrom.configMapKeyRef (and nothing else) to a ConfigMap named prefix…."""
+    if "value" in entry:
+        return False
+    source = entry.get("valueFrom")
+    reference = source.get("configMapKeyRef") if is_map(source) else None
+    name = reference.get("name") if is_map(reference) else None
+    return is_map(source) and len(source) == 1 and isinstance(name, str) and name.startswith(prefix)
+
+
+DEFAULT_ALLOCATORS: tuple[Allocator, ...] = (
+    Allocator(
+        name="kai-scheduler",
+        pod_annotations=("gpu-fraction", "gpu-memory"),
+        scheduler_names=("kai-scheduler",),
+        container_annotation="gpu-fraction-container-name",
+        devices_annotation="gpu-fraction-num-devices",
+        env=("NVIDIA_VISIBLE_DEVICES", "GPU_PORTION"),
+        config_map_annotation="runai/shared-gpu-configmap",
+    ),
+)
+
 # DRA extended resources (KEP-5004, DRAExtendedResource, beta and on by default in 1.36): a container
 # may ask for `deviceclass.resource.kubernetes.io/<class>: N` and the scheduler makes a claim for N
 # devices of that DeviceClass (k8s.io/api core/v1 ResourceDeviceClassPrefix; kubernetes.io docs,
@@ -105,6 +247,8 @@ class Accelerators:
     slice_prefixes: tuple[str, ...] = ()
     slice_classes: frozenset[str] = frozenset()
     slice_class_prefixes: tuple[str, ...] = ()
+    # annotation-marked GPU allocators (KAI Scheduler): Allocator
+    allocators: tuple[Allocator, ...] = DEFAULT_ALLOCATORS
 
     @classmethod
     def from_patterns(
@@ -115,6 +259,7 @@ class Accelerators:
         shares: Iterable[str] = DEFAULT_SHARE_RESOURCES,
         slices: Iterable[str] = DEFAULT_SLICE_RESOURCES,
         slice_classes: Iterable[str] = DEFAULT_SLICE_DEVICE_CLASSES,
+        allocators: Iterable[Allocator] = DEFAULT_ALLOCATORS,
     ) -> Accelerators:
         classes, shares, slice_class_list = list(device_classes), list(shares), list(slice_classes)
         share_exact, share_prefixes = _split(shares)
@@ -133,17 +278,30 @@ class Accelerators:
             slice_prefixes=slice_prefixes,
             slice_classes=slice_class_exact,
             slice_class_prefixes=slice_class_prefixes,
+            allocators=tuple(allocators),
         )
 
     @classmethod
     def from_config(cls, settings: Mapping[str, Any]) -> Accelerators:
-        """The table a GPUWebhookConfig's spec gives (schema.py CONFIG_SCHEMA); each key left out keeps its default."""
+        """The table a GPUWebhookConfig's spec gives (schema.py CONFIG_SCHEMA); each key left out keeps its default.
+
+        gpuAllocators adds to the shipped allocators; an entry named as a shipped one replaces it, and
+        `enabled: false` removes it.
+        """
+        allocators = {a.name: a for a in DEFAULT_ALLOCATORS}
+        for entry in settings.get("gpuAllocators", ()):
+            if entry.get("enabled") is False:  # a shipped allocator the site does not run
+                allocators.pop(str(entry["name"]), None)
+                continue
+            allocator = Allocator.from_config(entry)
+            allocators[allocator.name] = allocator
         return cls.from_patterns(
             settings.get("acceleratorResources", DEFAULT_ACCELERATORS),
             settings.get("acceleratorDeviceClasses", DEFAULT_DEVICE_CLASSES),
             shares=settings.get("acceleratorShareResources", DEFAULT_SHARE_RESOURCES),
             slices=settings.get("acceleratorSliceResources", DEFAULT_SLICE_RESOURCES),
             slice_classes=settings.get("acceleratorSliceDeviceClasses", DEFAULT_SLICE_DEVICE_CLASSES),
+            allocators=tuple(allocators.values()),
         )
 
     def __contains__(self, name: object) -> bool:
@@ -194,8 +352,20 @@ class Accelerators:
                     total += whole_quantity(value)
         return 1 if shared and not devices_named and not whole_only else total
 
+    def allocations(self, pod_spec: Mapping[str, Any] | None, metadata: Any) -> list[Allocation]:
+        """The containers of one pod spec that annotation-marked allocators give a GPU (`metadata`: the pod's)."""
+        if not self.allocators or not is_map(pod_spec) or not is_map(metadata):
+            return []
+        found = (allocator.allocation(pod_spec, metadata) for allocator in self.allocators)
+        return [allocation for allocation in found if allocation is not None]
+
     def pod_count(
-        self, pod_spec: Mapping[str, Any] | None, claims: PodClaims | None = None, *, whole_only: bool = False
+        self,
+        pod_spec: Mapping[str, Any] | None,
+        claims: PodClaims | None = None,
+        *,
+        whole_only: bool = False,
+        metadata: Any = None,
     ) -> int:
         """Accelerators the scheduler reserves for a pod: its extended resources plus its DRA claims' devices.
 
@@ -205,16 +375,21 @@ class Accelerators:
         sidecars keep running beside the app containers; the pod needs the larger of the two.
         Devices of DRA claims are reserved for the pod's whole life, whichever container uses them.
         `whole_only` counts whole GPUs only (container_count; claims' devices of slice classes left out).
+        An annotation-marked allocator's container (`metadata`: the pod's, Allocator) counts its
+        devices beside its resources; they are shares, never whole GPUs.
         """
         if not is_map(pod_spec):
             return 0
+        allocated = {} if whole_only else {id(a.container): a.devices for a in self.allocations(pod_spec, metadata)}
         running = 0
         for container in _containers(pod_spec, "containers"):  # a loop, not sum(generator): half the calls
             running += self.container_count(container, whole_only=whole_only)
+            if allocated:
+                running += allocated.get(id(container), 0)
         sidecars = 0  # restartable init containers started so far
         largest_init = 0
         for init in _containers(pod_spec, "initContainers"):
-            count = self.container_count(init, whole_only=whole_only)
+            count = self.container_count(init, whole_only=whole_only) + (allocated.get(id(init), 0) if allocated else 0)
             if init.get("restartPolicy") == "Always":  # a sidecar: starts, then runs beside the app
                 running += count
                 sidecars += count

@@ -224,6 +224,14 @@ POLICY_SCHEMA: dict[str, Any] = _document(
                 },
             },
             "params": {"type": "object", "maxProperties": PARAMS_MAX},
+            "paramsSchema": {
+                "type": "object",
+                "maxProperties": PARAMS_MAX,
+                "description": "The params' schema, a subset of JSON Schema (type, enum, minimum/maximum, "
+                "minLength/maxLength, pattern, minItems/maxItems, items, properties, additionalProperties, "
+                "required): the params, after every overlay, must fit it, and lint type-checks each expression "
+                "that reads params.NAME with its type. Without it, the types of the params given here serve.",
+            },
         },
     },
     file="gpupolicy.json",
@@ -272,6 +280,59 @@ CONFIG_SCHEMA: dict[str, Any] = _document(
                 "items": {"type": "string"},
                 "description": "DRA DeviceClasses whose devices are parts of one GPU (left out of "
                 "targetWholeGpuCount); `prefix*` patterns. Default: mig.nvidia.com.",
+            },
+            "gpuAllocators": {
+                "type": "array",
+                "maxItems": 32,
+                "description": "GPU allocators that mark a container with pod annotations rather than a resource "
+                "or a DRA claim (resources.py Allocator); added to the shipped one (kai-scheduler), an entry of "
+                "the same name replaces it, `enabled: false` turns it off.",
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["name"],
+                    # an allocator names its annotations, unless the entry only turns one off
+                    "anyOf": [
+                        {"required": ["podAnnotations"]},
+                        {"required": ["enabled"], "properties": {"enabled": {"const": False}}},
+                    ],
+                    "properties": {
+                        "name": {"type": "string", "minLength": 1, "maxLength": 63},
+                        "enabled": {"type": "boolean", "description": "false: the allocator of this name is off."},
+                        "podAnnotations": {
+                            "type": "array",
+                            "minItems": 1,
+                            "items": {"type": "string", "minLength": 1},
+                            "description": "A pod with any of these annotations has the allocator's GPU.",
+                        },
+                        "schedulerNames": {
+                            "type": "array",
+                            "items": {"type": "string", "minLength": 1},
+                            "description": "Only pods of these schedulers have it (empty: any scheduler).",
+                        },
+                        "containerAnnotation": {
+                            "type": "string",
+                            "description": "The pod annotation naming the allocated container (init containers "
+                            "first); without it, the first app container.",
+                        },
+                        "devicesAnnotation": {
+                            "type": "string",
+                            "description": "The pod annotation giving how many devices the container counts "
+                            "(default 1); never whole GPUs.",
+                        },
+                        "env": {
+                            "type": "array",
+                            "items": {"type": "string", "minLength": 1},
+                            "description": "Device variables the allocator writes into the allocated container "
+                            "as valueFrom.configMapKeyRef; such entries are not the tenant's, a literal value is.",
+                        },
+                        "configMapAnnotation": {
+                            "type": "string",
+                            "description": "The pod annotation whose value, and a dash, starts the name of every "
+                            "ConfigMap of the allocator's (empty: any ConfigMap).",
+                        },
+                    },
+                },
             },
         },
     },

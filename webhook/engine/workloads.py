@@ -63,17 +63,65 @@ def _ray(prefix: Path) -> TemplateFinder:
 
 def _app_wrapper(obj: Mapping[str, Any], owner: str) -> Iterator[tuple[Path, str]]:
     """Each pod set of each wrapped component: `podSets[].path` is a dotted path inside the
-    component (`template.spec.template`), where `name[i]` indexes a list."""
+    component (`template.spec.template`), where `name[i]` indexes a list. A component without
+    declared podSets has the pod sets AppWrapper infers for its kind (_inferred_pod_sets); declared
+    ones win, as AppWrapper's controller takes them (project-codeflare/appwrapper pkg/utils
+    InferPodSets, used only when a component declares none)."""
     components = get_path(obj, ("spec", "components"))
     for index, component in enumerate(components if isinstance(components, list) else []):
         pod_sets = component.get("podSets") if is_map(component) else None
-        for number, pod_set in enumerate(pod_sets if isinstance(pod_sets, list) else []):
+        if not (isinstance(pod_sets, list) and pod_sets):
+            for number, inferred in enumerate(_inferred_pod_sets(component)):
+                yield ("spec", "components", index, *inferred), f"pod set {number} of component {index} of {owner}"
+            continue
+        for number, pod_set in enumerate(pod_sets):
             relative = _dotted_path(pod_set.get("path")) if is_map(pod_set) else None
             if relative is None:
                 continue
             path: Path = ("spec", "components", index, *relative)
             if isinstance(get_path(obj, path), Mapping):
                 yield path, f"pod set {number} of component {index} of {owner}"
+
+
+# The kinds (group, version, kind) whose pod sets AppWrapper infers when a component declares none
+# (project-codeflare/appwrapper pkg/utils/utils.go InferPodSets and templatesForGVK): batch/v1 Job,
+# jobset.x-k8s.io/v1alpha2 JobSet, kubeflow.org/v1 PyTorchJob (its Master and Worker replicas),
+# ray.io/v1 RayCluster and RayJob, apps/v1 Deployment and StatefulSet, and a v1 Pod (the template
+# itself). Their templates are read through the kind table, as for the kinds themselves.
+APP_WRAPPER_INFERRED: frozenset[tuple[str, str, str]] = frozenset(
+    {
+        ("batch", "v1", "Job"),
+        ("jobset.x-k8s.io", "v1alpha2", "JobSet"),
+        ("kubeflow.org", "v1", "PyTorchJob"),
+        ("ray.io", "v1", "RayCluster"),
+        ("ray.io", "v1", "RayJob"),
+        ("apps", "v1", "Deployment"),
+        ("apps", "v1", "StatefulSet"),
+        ("", "v1", "Pod"),
+    }
+)
+_PYTORCH_INFERRED_ROLES = ("Master", "Worker")
+
+
+def _inferred_pod_sets(component: Any) -> list[Path]:
+    """The pod templates AppWrapper infers in one component, relative to it (`template`, ...)."""
+    template = component.get("template") if is_map(component) else None
+    if not is_map(template):
+        return []
+    api_version = template.get("apiVersion")
+    group, _, version = api_version.rpartition("/") if isinstance(api_version, str) else ("", "", "")
+    kind = str(template.get("kind"))
+    if (group, version, kind) not in APP_WRAPPER_INFERRED:
+        return []
+    if kind == "Pod":
+        return [("template",)] if is_map(template.get("spec")) else []
+    entry = TEMPLATED.get(kind)
+    if entry is None or entry.find is None:
+        return []
+    found = [path for path, _ in entry.find(template, kind)]
+    if kind == "PyTorchJob":  # AppWrapper infers these two replica types only
+        found = [path for path in found if path[2] in _PYTORCH_INFERRED_ROLES]
+    return [("template", *path) for path in found]
 
 
 _PATH_ELEMENT = re.compile(r"([A-Za-z0-9_-]+)(?:\[(\d+)\])?")

@@ -111,6 +111,12 @@ def context_refusal(rule: Rule, claims: str = CLAIMS_REFUSE) -> str | None:
             "an admission policy sees only the object, its namespace and the request, so the webhook keeps the rule "
             "(nothing to do)"
         )
+    if "allocatorEnv" in rule.references:
+        return (
+            "reads allocatorEnv: which device variables an annotation-marked GPU allocator (KAI Scheduler, or a "
+            "GPUWebhookConfig gpuAllocators entry) wrote into a container, which the apiserver's CEL cannot tell; "
+            "the webhook keeps the rule (nothing to do)"
+        )
     if claims != CLAIMS_UNRESOLVED and counts_accelerators(rule):
         what = (
             f"gpu: {str(rule.match.gpu).lower()} depends on"
@@ -346,6 +352,20 @@ class RuleExporter:
         self.env = env
         self.claims = claims
 
+    def _allocator_refusal(self, rule: Rule) -> str | None:
+        """Why a rule that counts accelerators cannot be exported while annotation-marked GPU allocators
+        (KAI Scheduler) are configured: the engine counts their containers from pod annotations, the
+        native count reads resources only (nativecel.py), so the two would disagree on those pods."""
+        allocators = self.translator.accelerators.allocators
+        if not allocators or not counts_accelerators(rule):
+            return None
+        names = ", ".join(a.name for a in allocators)
+        return (
+            f"its accelerator count includes the GPUs of annotation-marked allocators ({names}: a container "
+            "given a GPU share by pod annotations), which the exported CEL does not count; the webhook keeps the "
+            "rule, or turn them off in GPUWebhookConfig (gpuAllocators: [{name: NAME, enabled: false}]) to export it"
+        )
+
     def export(self, rule: Rule, want_vap: bool, want_map: bool) -> NativeRule:
         if rule.match.operations - NATIVE_OPERATIONS:
             extra = ", ".join(sorted(rule.match.operations - NATIVE_OPERATIONS))
@@ -437,6 +457,9 @@ class RuleExporter:
                     "spec": {"policyName": name, "validationActions": [str(rule.action)]},
                 },
             ]
+        refusal = self._allocator_refusal(rule)  # last: a reason that asks for more change says it first
+        if refusal is not None:
+            raise NotNative(refusal)
         return native
 
     # -- pieces ----------------------------------------------------------------------------------

@@ -285,8 +285,9 @@ def _group(parts: list[str]) -> str | None:
 
 
 def requests_accelerators(kinds: Iterable[WorkloadKind | KindApi], accelerators: Accelerators) -> str:
-    """CEL: the object has a pod spec that asks for an accelerator (a resource or a DRA claim), or is
-    of a kind whose pod specs no fixed path reaches (always sent: the engine decides)."""
+    """CEL: the object has a pod spec that asks for an accelerator (a resource or a DRA claim) or is
+    scheduled by an annotation-marked allocator's scheduler, or is of a kind whose pod specs no fixed
+    path reaches (always sent: the engine decides)."""
     by_groups: dict[str, list[str]] = {}
     always: list[str] = []
     for api in kinds:
@@ -303,9 +304,15 @@ def requests_accelerators(kinds: Iterable[WorkloadKind | KindApi], accelerators:
         f" || r.startsWith('{prefix}')" for prefix in accelerators.prefixes
     )
     sent = f"object.kind in {_cel_list(sorted(always))} ||\n" if always else ""
+    if any(not allocator.scheduler_names for allocator in accelerators.allocators):
+        return "true"  # an annotation-marked allocator of any scheduler: any pod may have its GPU
+    # annotation-marked allocators (resources.Allocator) give GPUs only to pods of their schedulers
+    schedulers = sorted({name for allocator in accelerators.allocators for name in allocator.scheduler_names})
+    scheduled = f"  (has(s.schedulerName) && s.schedulerName in {_cel_list(schedulers)}) ||\n" if schedulers else ""
     return (
         f"{sent}has(object.spec) && (\n  " + "\n  ".join(branches) + "\n  []\n"
         ").exists(group, group.exists(s,\n"
+        f"{scheduled}"
         "  (has(s.resourceClaims) && size(s.resourceClaims) > 0) ||\n"
         "  ((has(s.containers) ? s.containers : []) + (has(s.initContainers) ? s.initContainers : []))\n"
         "    .exists(c, has(c.resources) && (\n"

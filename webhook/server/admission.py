@@ -18,8 +18,9 @@ from webhook.engine import AdmissionInput, Decision
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
-MAX_WARNING = 120  # kubectl prints each warning; longer ones are hard to read
-MAX_WARNINGS_TOTAL = 4096  # past this the apiserver truncates every warning to 256 characters
+# Past this many characters in all, the apiserver cuts every warning of the response to 256 characters
+# and drops the rest (DESIGN section 6): below it, each warning is kept whole, however long.
+MAX_WARNINGS_TOTAL = 4096
 
 
 class ReviewError(ValueError):
@@ -137,15 +138,17 @@ def denial_message(decision: Decision) -> str:
 def warning_lines(decision: Decision) -> list[str]:
     """Warn violations, then the rules a GPUPolicyException let through ("[rule] excepted by ns/name: why"):
     the user who applies the object sees an exception at work, not a silent pass."""
-    lines, total = [], 0
+    lines: list[str] = []
+    total = 0
     found = [f"[{warning.rule}] {warning.message}" for warning in decision.warnings]
     found.extend(f"[{rule}] {verdict}" for rule, verdict in decision.excepted.items())
     for text in found:
-        line = _shorten(text, MAX_WARNING)
-        if total + len(line) > MAX_WARNINGS_TOTAL:
+        if total + len(text) > MAX_WARNINGS_TOTAL:
+            if not lines:  # one warning longer than all may be: cut it here, not every one to 256
+                lines.append(_shorten(text, MAX_WARNINGS_TOTAL))
             break  # keep the ones that fit whole rather than let the apiserver cut all of them
-        lines.append(line)
-        total += len(line)
+        lines.append(text)
+        total += len(text)
     return lines
 
 

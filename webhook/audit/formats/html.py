@@ -6,6 +6,7 @@ that could not be read. No network: styles, charts and the sort script are all i
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from html import escape
 from typing import TextIO
@@ -103,12 +104,19 @@ class HtmlReport:
         by = tally.objects_by_worst
         rule_bars = [(name, [c.results[s] for s in _SERIES]) for name, c in sorted(tally.rules.items())]
         namespace_bars = [(name, [c[s] for s in _SERIES]) for name, c in sorted(tally.namespaces.items())]
+        # objects are counted once, by their worst result (an object denied and warned is denied); the
+        # findings cards count what the Findings table lists: one row per rule and object
+        findings = Counter[str]()
+        for count in tally.rules.values():
+            findings.update({result: count.results[result] for result in (WARN, AUDIT)})
         cards = [
             ("", "Objects audited", tally.objects),
             ("fail", "Denied", by[FAIL]),
             ("fail", "Errors", by[ERROR]),
-            ("warn", "Warned", by[WARN]),
-            ("", "Audited", by[AUDIT]),
+            ("warn", "Warned (no worse result)", by[WARN]),
+            ("warn", "Warning findings", findings[WARN]),
+            ("", "Audited (no worse result)", by[AUDIT]),
+            ("", "Audit findings", findings[AUDIT]),
             ("", "Would be patched", tally.patched_objects),
             ("", "Passed", by[PASS]),
             ("", "With rules not evaluated (no namespace context)", tally.skipped_objects),

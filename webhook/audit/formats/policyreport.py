@@ -172,7 +172,9 @@ class PolicyReportBuilder:
             report = self._head(namespace)
             out.write(("---\n" if index else "") + yaml.dump(report, Dumper=_Dumper, sort_keys=False))
             records = self.results[namespace]
-            if not records:
+            # objects no rule acted on have no rows: a namespace of only those has no results (`[]`; a
+            # bare `results:` would be null, which the PolicyReport schema refuses)
+            if not any(isinstance(record, dict) or record[2] for record in records):
                 out.write("results: []\n")
                 continue
             out.write("results:\n")
