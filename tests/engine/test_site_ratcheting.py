@@ -54,6 +54,17 @@ spec:
       !has(object.metadata.annotations) || !('example.com/cost' in object.metadata.annotations) ||
       object.metadata.annotations['example.com/cost'] != 'free'
     message: "nothing is free"
+---
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: names-and-kinds}
+spec:
+  match: {kinds: [Pod], operations: [CREATE, UPDATE]}
+  validate:
+    expression: >-
+      object.apiVersion == 'v1' && object.kind == 'Pod' && object.metadata.name != 'x' &&
+      object.metadata.namespace != 'y' && oldObject.metadata.uid != '' && !has(object.spec.hostname)
+    message: "no hostname"
 """
 
 
@@ -119,6 +130,8 @@ def test_the_inputs_of_each_rule() -> None:
     assert rules["no-break-glass"].inputs is None
     assert rules["small-status"].inputs is None
     assert rules["cost-annotation"].inputs == frozenset({("metadata", "annotations")})
+    # what no UPDATE changes (apiVersion, kind, name, namespace, uid) is no input; the rest still counts
+    assert rules["names-and-kinds"].inputs == frozenset({("spec", "hostname")})
 
 
 def test_rule_inputs_from_what_a_rule_reads_and_writes() -> None:
