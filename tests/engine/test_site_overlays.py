@@ -101,3 +101,60 @@ def test_an_overlay_that_changes_nothing_leaves_the_rule_as_shipped() -> None:
     assert rule.overlaid_by == "site ()"
     untouched = [r for r in ruleset.rules if r.name == "no-params"]
     assert untouched[0].overlaid_by == ""
+
+
+def test_every_problem_is_reported_not_only_the_first() -> None:
+    result = load(
+        overlay("site", {"name": "needs-label", "action": "Warn"}),
+        overlay("site", {"name": "placement", "action": "Warn"}),  # a duplicate name
+        overlay(
+            "later",
+            {"name": "needs-label", "params": {"nope": 1}},  # a missing param
+            {"name": "needs-label", "action": "Audit"},  # a clash with `site`
+            {"name": "no-params", "action": "Audit", "enabled": False},
+            {"name": "placment", "action": "Warn"},  # a missing rule, after the others
+        ),
+    )
+    found = [m.split(": ", 1)[1] for m in messages(result)]
+    assert [m.split(":")[0] for m in found] == ["GPUPolicyOverlay site", *["GPUPolicyOverlay later"] * 3]
+    assert "duplicate name" in found[0]
+    assert "has no param 'nope'" in found[1]
+    assert "action also set by GPUPolicyOverlay site" in found[2]
+    assert "no rule named 'placment' in the rules loaded (did you mean 'placement'?)" in found[3]
+
+
+def test_a_clash_names_the_overlay_that_set_the_first_field() -> None:
+    result = load(
+        overlay("a", {"name": "needs-label", "action": "Warn"}),
+        overlay("b", {"name": "needs-label", "failurePolicy": "Ignore"}),
+        overlay("c", {"name": "needs-label", "action": "Audit", "failurePolicy": "Fail"}),
+    )
+    (message,) = messages(result)
+    assert "GPUPolicyOverlay c: rule 'needs-label': action, failurePolicy also set by GPUPolicyOverlay a;" in message
+
+
+def test_disabling_the_first_rule_keeps_the_others() -> None:
+    ruleset = load(overlay("off", {"name": "needs-label", "enabled": False})).require()
+    assert [rule.name for rule in ruleset.rules] == ["placement", "no-params"]
+
+
+SITE_OVERLAY = """\
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicyOverlay
+metadata: {name: site}
+spec:
+  rules:
+    - name: needs-lable
+      params:
+        kee: x
+"""
+
+
+def test_errors_point_at_the_rule_name_and_at_the_param_key() -> None:
+    documents = load_documents(PACK + PARAMLESS, "pack.yaml") + load_documents(SITE_OVERLAY, "site.yaml")
+    (missing_rule,) = compile_documents(documents).errors
+    assert (missing_rule.location.line, missing_rule.location.column) == (6, 13)  # the value `needs-lable`
+    documents = load_documents(PACK + PARAMLESS, "pack.yaml")
+    documents += load_documents(SITE_OVERLAY.replace("needs-lable", "needs-label"), "site.yaml")
+    (missing_param,) = compile_documents(documents).errors
+    assert (missing_param.location.line, missing_param.location.column) == (8, 9)  # the key `kee`
