@@ -37,6 +37,8 @@ def pod() -> dict[str, Any]:
         ("set", ("metadata", "annotations", "a"), "cannot set /metadata/annotations/a: parent is not an object"),
         ("set", ("spec", "containers", 3, "name"), "cannot set /spec/containers/3/name: no list item 3"),
         ("set", ("spec", "containers", -1, "name"), "no list item -1"),
+        ("set", ("spec", "containers", 1, "name"), "cannot set /spec/containers/1/name: no list item 1"),
+        ("set", ("metadata", 0, "x"), "cannot set /metadata/0/x: no list item 0"),
         ("set", ("metadata", "labels", 0, "x"), "no list item 0"),
         ("set", ("spec", "containers", "first", "name"), "parent is not an object"),
         ("set", ("spec", "containers", 1), "parent is not an object"),  # one past the end: no append by set
@@ -67,12 +69,18 @@ def test_missing_parents_are_added_in_one_operation() -> None:
     patcher.set(("spec", "affinity", "nodeAffinity", "x"), 1)
     patcher.append(("spec", "containers", 0, "ports"), {"containerPort": 80})
     patcher.append(("spec", "tolerations"), {"key": "nvidia.com/gpu"})
+    patcher.set(("spec", "containers", 0, "image"), "x")  # through an existing list item
+    # a null parent is missing even when the parent's parent holds the next step's name
+    patcher.document["spec"]["priority"] = None
+    patcher.set(("spec", "priority", "tolerations", "k"), "v")
     patcher.set(("spec", "containers", 0), {"name": "d"})  # an existing list item: replaced
     assert patcher.operations == [
         {"op": "add", "path": "/spec/nodeSelector", "value": {"gpu": "true"}},
         {"op": "add", "path": "/spec/affinity", "value": {"nodeAffinity": {"x": 1}}},
         {"op": "add", "path": "/spec/containers/0/ports", "value": [{"containerPort": 80}]},
         {"op": "add", "path": "/spec/tolerations/-", "value": {"key": "nvidia.com/gpu"}},
+        {"op": "add", "path": "/spec/containers/0/image", "value": "x"},
+        {"op": "add", "path": "/spec/priority", "value": {"tolerations": {"k": "v"}}},
         {"op": "replace", "path": "/spec/containers/0", "value": {"name": "d"}},
     ]
 

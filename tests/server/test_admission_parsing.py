@@ -23,8 +23,6 @@ from webhook.engine.decision import Violation
 from webhook.engine.loader import compile_documents
 from webhook.kubeyaml import load_documents
 from webhook.server.admission import (
-    MAX_WARNING,
-    MAX_WARNINGS_TOTAL,
     ReviewError,
     audit_annotations,
     build_response,
@@ -195,6 +193,11 @@ def test_a_patch_only_where_it_is_asked_for() -> None:
     assert answer(build_response("u-3", Decision(), include_patch=True)) == {"uid": "u-3", "allowed": True}
 
 
+# DESIGN.md section 6 (verified on the apiserver): kubectl prints each warning, keep each under 120
+# characters; past 4,096 characters in all the apiserver cuts every warning to 256
+MAX_WARNING, MAX_WARNINGS_TOTAL = 120, 4096
+
+
 def test_warnings_are_shortened_and_capped_in_total() -> None:
     long = "x" * (MAX_WARNING * 2)
     decision = Decision(warnings=[violation("w", long, Action.WARN), violation("v", "short", Action.WARN)])
@@ -207,6 +210,17 @@ def test_warnings_are_shortened_and_capped_in_total() -> None:
     capped = warning_lines(many)
     assert sum(map(len, capped)) <= MAX_WARNINGS_TOTAL < sum(map(len, capped)) + MAX_WARNING
     assert capped == [f"[r{i:03}] " + "z" * 112 + "…" for i in range(len(capped))]
+
+
+def test_warnings_that_fit_exactly_are_kept_and_the_first_that_does_not_ends_them() -> None:
+    def warn(rule: str, length: int) -> Violation:
+        return violation(rule, "w" * (length - len(rule) - 3), Action.WARN)  # "[rule] " + message
+
+    full = [warn(f"r{i:02}", 120) for i in range(34)]  # 34 x 120 = 4,080
+    exact = warning_lines(Decision(warnings=[*full, warn("last", 16)]))
+    assert len(exact) == 35 and sum(map(len, exact)) == 4096
+    over = warning_lines(Decision(warnings=[*full, warn("last", 17), warn("tiny", 9)]))
+    assert len(over) == 34  # the one past 4,096 is dropped, and so is every one after it
 
 
 def test_excepted_rules_are_warned_and_annotated() -> None:
