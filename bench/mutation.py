@@ -10,7 +10,8 @@ continue swapped) and runs the module's focused selection of fast tests (`-m "no
 Mutants run in a copy of the checkout (its tracked and untracked-but-not-ignored files), so the
 checkout itself is never mutated. The score is killed / (mutants - recorded equivalents); a
 survivor recorded in bench/mutation_equivalents.toml (module, the source line, the operator, the
-reason) is not counted against it, and a record that matches no survivor is reported as stale.
+reason; optionally `mutated`, the line as the mutant has it, when one operator makes several mutants
+of a line and only some are equivalent) is not counted against it, and a record that matches no survivor is reported as stale.
 
 This is a measurement, not a CI gate: a module takes 2-10 minutes on a quiet 2-core machine.
 It runs at `nice -n 15` and one module at a time (the machine is shared). The result of each
@@ -257,7 +258,9 @@ def score(
             (
                 index
                 for index, record in enumerate(equivalents)
-                if record["operator"] == mutant.operator and record["line"].strip() == mutant.source_line
+                if record["operator"] == mutant.operator
+                and record["line"].strip() == mutant.source_line
+                and record.get("mutated", mutated(mutant)).strip() == mutated(mutant)
             ),
             None,
         )
@@ -279,11 +282,18 @@ def score(
         "score": round(killed / denominator, 4) if denominator else 1.0,
         "seconds": round(seconds, 1),
         "survivors": [
-            {"line": m.line, "operator": m.operator, "source": m.source_line, "diff": m.diff} for m in unexplained
+            {"line": m.line, "operator": m.operator, "source": m.source_line, "mutated": mutated(m), "diff": m.diff}
+            for m in unexplained
         ],
         "equivalents": [{"line": m.line, "operator": m.operator, "reason": reason} for m, reason in equivalent],
         "stale_records": [record for index, record in enumerate(equivalents) if index not in used],
     }
+
+
+def mutated(mutant: Mutant) -> str:
+    """The mutated line as the diff shows it (stripped); "" when the diff has none."""
+    added = [line[1:] for line in mutant.diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    return added[0].strip() if added else ""
 
 
 def print_result(name: str, result: dict[str, Any]) -> None:
@@ -296,6 +306,7 @@ def print_result(name: str, result: dict[str, Any]) -> None:
         print(f"  {result['not_run']} mutants did not run (an exception in cosmic-ray's worker)")
     for survivor in result["survivors"]:
         print(f"  survived: line {survivor['line']} {survivor['operator']}: {survivor['source']}")
+        print(f"            as: {survivor['mutated']}")
     for record in result["stale_records"]:
         print(f"  stale equivalent record (no such survivor): {record['operator']}: {record['line']}")
 
