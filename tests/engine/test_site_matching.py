@@ -237,3 +237,22 @@ def test_a_cluster_scoped_object_is_not_refused_for_a_namespace_it_cannot_have()
     assert judged(NAMESPACE_RULES, AdmissionInput.offline(pod(), namespace_object=TENANT)) == {
         "reads-namespace": "pass"
     }
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the engine reads a cluster-scoped object's missing Namespace as a namespaceSelector mismatch; the "
+    "apiserver never exempts a cluster-scoped object by namespaceSelector (predicates/namespace/matcher.go)",
+)
+def test_a_namespace_selector_never_exempts_a_cluster_scoped_object() -> None:
+    ruleset = site(
+        """
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: prod-namespaces}
+spec:
+  match: {kinds: [DeviceClass], operations: [CREATE], namespaceSelector: {matchLabels: {tier: prod}}}
+  validate: {expression: "false", message: "judged"}
+"""
+    )
+    assert judged(ruleset, AdmissionInput.offline(DEVICE_CLASS)) == {"prod-namespaces": "fail"}
