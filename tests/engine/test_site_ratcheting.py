@@ -10,6 +10,7 @@ a label-only UPDATE, and a prod-only rule must judge it.
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 from typing import Any
 
 from webhook.engine import AdmissionInput, RuleSet, evaluate
@@ -173,3 +174,23 @@ def test_unchanged_compares_the_inputs_and_the_targets_own_pod_specs() -> None:
     relabelled = copy.deepcopy(old_deployment)
     relabelled["spec"]["template"]["metadata"] = {"labels": {"tier": "prod"}}
     assert not unchanged(frozenset(), template, relabelled, old_deployment)
+
+
+def test_only_the_top_level_apiversion_and_kind_are_fixed() -> None:
+    """A TrainJob's spec.runtimeRef.kind is an input like any other field; only the object's own kind is fixed."""
+    ruleset = site(
+        """
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: runtime-kind}
+spec:
+  match: {kinds: [TrainJob], operations: [CREATE, UPDATE]}
+  validate: {expression: "object.spec.runtimeRef.kind == 'ClusterTrainingRuntime'", message: "cluster runtimes only"}
+"""
+    )
+    assert ruleset.rules[0].inputs == frozenset({("spec", "runtimeRef", "kind")})
+
+
+def test_a_fixed_field_read_first_does_not_hide_the_fields_read_after_it() -> None:
+    reads = SimpleNamespace(paths={"object": (("kind",), ("metadata", "name"), ("spec", "hostname")), "oldObject": ()})
+    assert rule_inputs([reads], (), False) == frozenset({("spec", "hostname")})  # type: ignore[list-item]
