@@ -43,6 +43,7 @@ def pod() -> dict[str, Any]:
         ("set", ("spec", "containers", "first", "name"), "parent is not an object"),
         ("set", ("spec", "containers", 1), "parent is not an object"),  # one past the end: no append by set
         ("set", ("spec", "containers", "x"), "parent is not an object"),
+        ("set", ("spec", "containers", -1), "parent is not an object"),  # no index from the end in JSON Pointer
         (
             "set",
             ("spec", "initContainers", 0, "name"),
