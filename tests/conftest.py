@@ -6,7 +6,7 @@ import gc
 import hashlib
 import os
 import shutil
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Generator, Iterable, Iterator
 from pathlib import Path
 
 import aiohttp
@@ -17,6 +17,7 @@ import webhook.authoring.suite
 import webhook.commands.common
 import webhook.policies.isolation
 from tests.support import RULES, LiveServer, client_ssl, start_server
+from tests.support.require_real import RealParts
 from webhook.certs import generate_bundle, write_bundle
 from webhook.engine import LoadResult, RuleSet, load_rules, rule_files
 from webhook.kubeyaml import Document
@@ -116,6 +117,7 @@ SLOW: dict[str, str] = {
     "tests/server/test_reload_and_shutdown.py::test_sigterm_finishes_in_flight_requests": "server process",
     "tests/server/test_workers.py": "server processes with --workers 2",
     "tests/audit/test_jobs.py::test_jobs_two_writes_the_same_bytes_as_jobs_one": "forks --jobs 2 worker processes",
+    "tests/ci/test_require_real.py": "runs pytest as a subprocess, as CI does",
     # a directory: every file in it
     "tests/e2e": "a real etcd + kube-apiserver and `gpu-webhook serve` as subprocesses (tests/support/envtest.py)",
     "tests/cluster": "a whole cluster: apiserver, controllers, scheduler, hollow nodes, Kueue (tests/support/cluster.py)",
@@ -214,3 +216,33 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     # collector's reach, the full collections a test run triggers (and those a server start or
     # a memory test asks for) walk only what the tests build, not ~1 M objects of the imports.
     gc.freeze()
+
+
+# CI's guard against a green run with the real parts skipped (tests/support/require_real.py).
+_REAL_PARTS = pytest.StashKey[RealParts]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_REAL_PARTS] = RealParts(config)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    item.config.stash[_REAL_PARTS].record(item, report)
+    return report
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if session.config.stash[_REAL_PARTS].problems() and session.exitstatus in (0, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
+    real = config.stash[_REAL_PARTS]
+    for line in real.summary():
+        terminalreporter.write_line(line)
+    for problem in real.problems():
+        terminalreporter.write_line(problem, red=True)

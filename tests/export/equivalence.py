@@ -133,9 +133,12 @@ def idempotent(native: NativeRule, server: Apiserver, admission: AdmissionInput)
         return True
     try:
         once, _ = server.mutate(native.mutating, admission, admission.object)
-        twice, _ = server.mutate(native.mutating, admission, once)
-    except Exception:  # an error is compared by compare(); idempotence is about successful patches
+    except Exception:  # the first application's error is compared with the engine's by compare()
         return True
+    try:
+        twice, _ = server.mutate(native.mutating, admission, once)
+    except Exception:  # a reinvocation that fails fails the user's request: not idempotent
+        return False
     return once == twice
 
 

@@ -74,7 +74,7 @@ class Patcher:
             self._record("replace", path, value)  # an existing list item (addEnv override)
             self._owned(parent_path)[key] = value
             return
-        if not isinstance(node, dict):
+        if not isinstance(node, dict) or isinstance(key, int):  # JSON has no int keys: a list index into a map
             raise PatchConflict(f"cannot set {to_pointer(path)}: parent is not an object")
         op = "replace" if key in node else "add"
         self._record(op, path, value)
