@@ -110,7 +110,7 @@ def test_explain_cluster_uses_the_clusters_policy_objects_and_exceptions(
         "kind": "GPUPolicyException",
         "metadata": {"name": "debugging", "namespace": NAMESPACE},
         "spec": {
-            "rules": ["no-device-env-in-tenants"],
+            "rules": ["no-node-name-in-tenants"],
             "match": {"kinds": ["Pod"], "names": ["sneaky"]},
             "expires": "2099-01-01T00:00:00Z",
             "reason": "vendor debugging session",
@@ -120,10 +120,10 @@ def test_explain_cluster_uses_the_clusters_policy_objects_and_exceptions(
         made = cluster.create(body)
         assert made.status == 201, made.body
     pod = tmp_path / "pod.yaml"
-    pod.write_text(
-        yaml.safe_dump(gpu_pod("sneaky", NAMESPACE, env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]))
-    )
+    pinned = gpu_pod("sneaky", NAMESPACE)
+    pinned["spec"]["nodeName"] = "gpu-node-1"  # past the scheduler: no-node-name-in-tenants, which is exceptable
+    pod.write_text(yaml.safe_dump(pinned))
     code, out, err = explain(pod, "--cluster", "--kubeconfig", str(cluster.kubeconfig))
     assert "warning [explain-from-cluster] a rule that lives in the cluster only" in out, (out, err)
-    assert "excepted [no-device-env-in-tenants] excepted by team-explain/debugging: vendor debugging session" in out
+    assert "excepted [no-node-name-in-tenants] excepted by team-explain/debugging: vendor debugging session" in out
     assert code == 0, out  # the one Deny rule that acted is excepted

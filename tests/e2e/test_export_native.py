@@ -49,7 +49,7 @@ import yaml
 
 from tests.e2e.conftest import BUILT_IN_GROUPS, CLUSTER_FLAGS, E2E_IMAGE, gpu_webhook, workload_crd
 from tests.export.equivalence import NAME_LABEL, debug_cases, suite_cases, wrap
-from tests.export.native_site import not_exceptable, overlay_text
+from tests.export.native_site import NO_ALLOCATORS, not_exceptable, overlay_text
 from tests.export.test_celenv import APISERVER_VERDICTS, ESCAPE_KEY, JP
 from tests.support import RULES
 from tests.support.envtest import ADMIN_GROUP, ADMIN_USER, EnvTest, Response, skip_reason
@@ -95,11 +95,13 @@ OLDER = {
 def native_site(certs: Path) -> Path:
     """A site's rules beside the pack: the GPUPolicyOverlay that makes every rule not exceptable, so
     each rule that translates exports (a rule exceptions may lift stays with the webhook:
-    webhook.export.EXCEPTABLE; tests/e2e/test_exceptions_native.py proves that part)."""
+    webhook.export.EXCEPTABLE; tests/e2e/test_exceptions_native.py proves that part), and no
+    annotation-marked GPU allocator (whose shares the native count cannot see)."""
     site = certs.parent / "native-site"
     if not site.is_dir():
         site.mkdir()
         (site / "native.yaml").write_text(overlay_text(rule.name for rule in load_rules(RULES).require().rules))
+        (site / "no-allocators.yaml").write_text(NO_ALLOCATORS)
     return site
 
 
@@ -486,7 +488,7 @@ def native(request: pytest.FixtureRequest, webhook_certs: Path) -> Iterator[Clus
         pytest.skip(reason)
     claims = request.param
     with EnvTest.start(apiserver_args=CLUSTER_FLAGS) as api:
-        cluster = Cluster(api, claims, exported_rules(claims))
+        cluster = Cluster(api, claims, exported_rules(claims, native_site(webhook_certs)))
         cluster.setup_seconds["apiserver"] = api.startup_seconds
         cluster.prepare()
         documents = rendered(webhook_certs, claims)
@@ -495,9 +497,9 @@ def native(request: pytest.FixtureRequest, webhook_certs: Path) -> Iterator[Clus
         yield cluster
 
 
-def exported_rules(claims: str) -> RuleSet:
+def exported_rules(claims: str, site: Path) -> RuleSet:
     """The rules `manifests --native` moves into the apiserver (exported in full), as a rule set of their own."""
-    pack = not_exceptable(load_rules(RULES).require())  # as native_site makes them
+    pack = load_rules([RULES, site]).require()
     names = {r.rule for r in export(pack, "all", Release.parse(DEFAULT_VERSION), claims).rules if r.note is None}
     return RuleSet.build([rule for rule in pack.rules if rule.name in names], pack.env)
 

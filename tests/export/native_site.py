@@ -16,6 +16,15 @@ import yaml
 from webhook.engine import RuleSet
 
 OVERLAY_NAME = "site-runs-these-natively"
+# --claims unresolved exports the counting rules only without annotation-marked GPU allocators (KAI
+# Scheduler: the native count reads resources only; webhook.export.policies' allocator refusal)
+NO_ALLOCATORS = """\
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUWebhookConfig
+metadata: {name: no-allocators}
+spec:
+  gpuAllocators: [{name: kai-scheduler, enabled: false}]
+"""
 
 
 def not_exceptable(ruleset: RuleSet) -> RuleSet:

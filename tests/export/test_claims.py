@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, assume, given, settings
 
 from tests.export.apiserver import Apiserver
 from tests.export.equivalence import compare, debug_cases, idempotent, pack_with_extras, suite_cases, wrapped_cases
+from tests.export.native_site import NO_ALLOCATORS
 from tests.reliability.test_properties import pod_specs, workload
 from tests.support import RULES, cpu_pod
 from webhook.engine import AdmissionInput, RuleSet
@@ -45,16 +46,6 @@ def claims_only(admission: AdmissionInput) -> bool:
         and "amd.com/gpu" not in str(spec.get("containers"))
         for spec in specs
     )
-
-
-# --claims unresolved exports the counting rules only without annotation-marked allocators (KAI
-# Scheduler: the native count reads resources only; policies.RuleExporter._allocator_refusal)
-NO_ALLOCATORS = """apiVersion: gpu-webhook.io/v1alpha1
-kind: GPUWebhookConfig
-metadata: {name: no-allocators}
-spec:
-  gpuAllocators: [{name: kai-scheduler, enabled: false}]
-"""
 
 
 @pytest.fixture(scope="module")

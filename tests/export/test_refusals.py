@@ -13,7 +13,7 @@ import pytest
 
 from tests.export.apiserver import Apiserver
 from tests.export.equivalence import as_apiserver_sends, compare, engine_view, native_view, pack_with_extras
-from tests.export.native_site import not_exceptable
+from tests.export.native_site import NO_ALLOCATORS, not_exceptable
 from tests.support import RULES, gpu_pod, load_rule_text
 from webhook.engine import AdmissionInput, RuleSet, load_rules
 from webhook.engine.resources import DEFAULT
@@ -37,15 +37,6 @@ def test_every_refusal_says_what_the_admin_can_do(claims: str, target: str, vers
         assert not any(word in refusal.reason for word in INTERNAL), refusal
         assert any(action in refusal.reason for action in ACTIONS), refusal
 
-
-# the counting rules export (--claims unresolved) only without annotation-marked GPU allocators
-NO_ALLOCATORS = """\
-apiVersion: gpu-webhook.io/v1alpha1
-kind: GPUWebhookConfig
-metadata: {name: no-allocators}
-spec:
-  gpuAllocators: [{name: kai-scheduler, enabled: false}]
-"""
 
 RULE = """\
 apiVersion: gpu-webhook.io/v1alpha1
