@@ -774,7 +774,7 @@ def run_on_envtest(
     etcd or the apiserver do not come up."""
     if assets_dir() is None:
         print(
-            "KUBEBUILDER_ASSETS is unset: no kube-apiserver to run against (e.g. KUBEBUILDER_ASSETS=/work/shared/envtest)"
+            "KUBEBUILDER_ASSETS is unset: no kube-apiserver to run against (e.g. KUBEBUILDER_ASSETS=../shared/envtest)"
         )
         raise SystemExit(2)
     began = time.monotonic()
