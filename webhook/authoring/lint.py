@@ -114,28 +114,27 @@ def _unique(errors: list[LoadError]) -> Iterator[LoadError]:
             yield error
 
 
-def _policy_documents(files: list[str]) -> Iterator[Document]:
+def _documents(files: list[str]) -> Iterator[Document]:
+    """Every document of the files the loader could read (it has reported those it could not)."""
     for file in files:
         try:
-            documents = load_documents(Path(file).read_text(encoding="utf-8"), file)
+            yield from load_documents(Path(file).read_text(encoding="utf-8"), file)
         except (OSError, UnicodeDecodeError, YamlError):
-            continue  # the loader has reported it
-        for document in documents:
-            data = document.data
-            if isinstance(data, Mapping) and data.get("kind") == POLICY_KIND and data.get("apiVersion") == API_VERSION:
-                yield document
+            continue
+
+
+def _policy_documents(files: list[str]) -> Iterator[Document]:
+    for document in _documents(files):
+        data = document.data
+        if isinstance(data, Mapping) and data.get("kind") == POLICY_KIND and data.get("apiVersion") == API_VERSION:
+            yield document
 
 
 def _suite_errors(files: list[str]) -> Iterator[LoadError]:
     """GPUPolicyTest suites beside the rules that break their schema, as `gpu-webhook test` refuses them."""
-    for file in files:
-        try:
-            documents = load_documents(Path(file).read_text(encoding="utf-8"), file)
-        except (OSError, UnicodeDecodeError, YamlError):
-            continue  # the loader has reported it
-        for document in documents:
-            if isinstance(document.data, Mapping) and document.data.get("kind") == TEST_KIND:
-                yield from suite_schema_problems(document)
+    for document in _documents(files):
+        if isinstance(document.data, Mapping) and document.data.get("kind") == TEST_KIND:
+            yield from suite_schema_problems(document)
 
 
 def _name(document: Document) -> str:
