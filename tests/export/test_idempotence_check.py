@@ -13,6 +13,7 @@ import pytest
 
 from tests.export.apiserver import Apiserver
 from tests.export.equivalence import EXTRA_RULES, idempotent
+from tests.export.native_site import not_exceptable
 from tests.support import gpu_pod
 from webhook.engine import AdmissionInput, load_rules
 from webhook.export import export
@@ -44,7 +45,7 @@ class SecondCall(Apiserver):
 
 @pytest.fixture(scope="module")
 def placement() -> NativeRule:
-    (native,) = [r for r in export(load_rules(EXTRA_RULES).require()).rules if r.rule == "tenant-placement"]
+    (native,) = [r for r in export(not_exceptable(load_rules(EXTRA_RULES).require())).rules if r.rule == "tenant-placement"]
     assert native.mutating is not None
     return native
 
