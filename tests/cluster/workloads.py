@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from tests.support.cluster import Cluster, dumps
+from tests.support.cluster import Cluster, ClusterError, dumps, retry
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
@@ -73,14 +72,10 @@ def wait_for(
     what: str, attempt: Callable[[], T | None], timeout: float = 60.0, explain: Callable[[], str] = lambda: ""
 ) -> T:
     """The first non-None answer of `attempt()` within `timeout` s; else fail with `what` and `explain()`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        answer = attempt()
-        if answer is not None:
-            return answer
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.0f} s: {what}\n{explain()}")
-        time.sleep(0.3)
+    try:
+        return retry(what, attempt, timeout, interval=0.3)
+    except ClusterError:
+        raise AssertionError(f"not within {timeout:.0f} s: {what}\n{explain()}") from None
 
 
 def pods(cluster: Cluster, namespace: str, selector: str) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from tests.support import REPO, free_port
+from tests.support.wheel import build_wheel
 
 pytestmark = pytest.mark.slow  # ~10 s: a wheel build and a virtualenv
 
@@ -29,14 +30,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bin/ directory of a fresh virtualenv holding only the built wheel."""
     root = tmp_path_factory.mktemp("wheel")
     dist = root / "dist"
-    build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(REPO)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert build.returncode == 0, build.stderr
-    (wheel,) = dist.glob("gpu_webhook-*.whl")
+    wheel = build_wheel(dist)
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     site = Path(

@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO, free_port
+from tests.support.wheel import build_wheel
 from webhook.cli import main
 from webhook.version import pack_digest
 
@@ -54,14 +55,7 @@ def target(world: Path) -> Path:
     """The wheel built from this checkout (git's version), installed with `pip install --target` and
     byte-compiled, as the builder stage does."""
     dist = world / "dist"
-    build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(REPO)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert build.returncode == 0, build.stderr
-    (wheel,) = dist.glob("gpu_webhook-*.whl")
+    wheel = build_wheel(dist)
     install = world / "opt-gpu-webhook"
     done = subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(install), str(wheel)],
