@@ -230,6 +230,8 @@ def test_one_writer_gives_the_union_and_a_narrower_replica_never_narrows(
     newer.stop()
     wait_for(lambda: api.holder() == "older" and not sends_jobs(api))
     assert in_step(validate_entry(api), entry_fields(old, VALIDATE))
+    # /readyz's detail is published at the end of the pass that wrote the registration
+    wait_for(lambda: older.status()["writer"]["leader"] is True)
     assert older.status()["writer"]["leaseTransitions"] == 1
 
 
