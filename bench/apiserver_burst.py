@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
 
 from bench import handler_time
 from bench.apiserver_path import (
@@ -68,6 +67,7 @@ from bench.apiserver_path import (
 )
 from tests.support.envtest import EnvTest, free_port
 from webhook.certs import CA_FILE
+from webhook.kubeyaml import plain_documents
 
 GOAL_P99_MS = 50.0
 GOAL_RSS_MIB = 256.0
@@ -297,7 +297,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         pack = snapshot_rules(tmp)
         full = [
             d
-            for d in yaml.safe_load_all(
+            for d in plain_documents(
                 cli("manifests", "--ca", str(rendered_certs), "--rules", str(pack), "--image", IMAGE)
             )
             if d

@@ -64,12 +64,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
-import yaml
 
 from bench import handler_time, micro
 from tests.support.envtest import EnvTest, EnvTestError, assets_dir, free_port, log_tail, spawn, terminate
 from webhook.certs import CA_FILE, Bundle, generate_serving, load_ca, write_bundle
 from webhook.engine import AdmissionInput, Mode, Phase, evaluate
+from webhook.kubeyaml import plain_documents
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "tmp"
@@ -386,14 +386,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         rendered_certs, serving = serving_certs(tmp)
         pack = snapshot_rules(tmp)
         common = ["manifests", "--ca", str(rendered_certs), "--rules", str(pack), "--image", IMAGE]
-        full = [d for d in yaml.safe_load_all(cli(*common)) if d]
-        native = [d for d in yaml.safe_load_all(cli(*common, "--native")) if d] if "mixed" in configs else []
+        full = [d for d in plain_documents(cli(*common)) if d]
+        native = [d for d in plain_documents(cli(*common, "--native")) if d] if "mixed" in configs else []
         site = tmp / "site"
         site.mkdir()
         (site / "no-void.yaml").write_text(NO_VOID_OVERLAY)
-        no_void = (
-            [d for d in yaml.safe_load_all(cli(*common, "--site", str(site))) if d] if "no-void" in configs else []
-        )
+        no_void = [d for d in plain_documents(cli(*common, "--site", str(site))) if d] if "no-void" in configs else []
         began = time.monotonic()
         env = stack.enter_context(EnvTest.start(apiserver_args=CLUSTER_FLAGS))
         print(f"apiserver ready in {time.monotonic() - began:.1f} s", flush=True)

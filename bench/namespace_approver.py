@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
 
 from bench.apiserver_burst import process_tree
 from bench.apiserver_path import (
@@ -62,6 +61,7 @@ from bench.apiserver_path import (
 )
 from tests.support.envtest import EnvTest, free_port
 from webhook.certs import CA_FILE
+from webhook.kubeyaml import plain_documents
 
 CONFIG = "approver"
 TENANT, APPROVER = "bench-tenant", "bench-approver"
@@ -109,7 +109,7 @@ def cpu_seconds(root: int) -> float:
 
 
 def install_crds(env: EnvTest) -> None:
-    documents = [d for d in yaml.safe_load_all((REPO / "manifests/base/crds.yaml").read_text()) if d]
+    documents = [d for d in plain_documents((REPO / "manifests/base/crds.yaml").read_text()) if d]
     for document in documents:
         made = env.create(document)
         if not made.ok:
@@ -316,7 +316,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         rendered_certs, serving = serving_certs(tmp)
         pack = snapshot_rules(tmp)
         rendered = cli("manifests", "--ca", str(rendered_certs), "--rules", str(pack), "--image", IMAGE)
-        full = [d for d in yaml.safe_load_all(rendered) if d]
+        full = [d for d in plain_documents(rendered) if d]
         env = stack.enter_context(EnvTest.start(apiserver_args=CLUSTER_FLAGS))
         install_crds(env)
         for namespace in (TENANT, APPROVER):

@@ -81,3 +81,41 @@ def test_suite_audit_and_explain_agree_on_a_plain_timestamp(cli, write, tmp_path
 
     code, out, _ = cli("explain", "--rules", str(rules), "-f", str(pod), "--no-color")
     assert "DENY: starts before the cutoff" in out and "not the text" not in out and "evaluated" not in out
+
+
+FILE_SUITE = """
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicyTest
+metadata: {name: cutoff-from-a-file}
+spec:
+  rules: .
+  cases:
+    - name: the same pod, read from its file
+      objectFile: ../pod.yaml
+      expect:
+        allowed: false
+        rules:
+          - {rule: starts-after-cutoff, result: denied, message: starts before the cutoff}
+          - {rule: window-is-text, result: allowed}
+"""
+
+
+def test_a_suites_value_file_is_read_as_kubectl_reads_it(cli, write) -> None:
+    # PyYAML's safe_load makes `2025-12-24` a date (the rule errors) and `1:20` the sexagesimal int 80
+    rules = write("rules/cutoff.yaml", RULE).parent
+    write("rules/cutoff.test.yaml", FILE_SUITE)
+    write("pod.yaml", POD)
+
+    code, out, err = cli("test", str(rules))
+    assert code == 0, out + err
+
+
+def test_a_suites_value_file_with_a_duplicate_key_is_refused_as_audit_refuses_it(cli, write) -> None:
+    # two manifests concatenated without `---`: PyYAML keeps the last of each key, kubectl's reading refuses
+    rules = write("rules/cutoff.yaml", RULE).parent
+    write("rules/cutoff.test.yaml", FILE_SUITE)
+    write("pod.yaml", POD + POD)
+
+    code, out, err = cli("test", str(rules))
+    assert code != 0
+    assert "cannot run the case" in out + err and "duplicate key 'apiVersion'" in out + err

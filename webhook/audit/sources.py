@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import orjson
-import yaml
 
-from webhook.kubeyaml import Documents, Loader, rapid
+from webhook.kubeyaml import Documents, Loader, ParseError, rapid
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -156,7 +155,7 @@ def _documents(stream: IO[str], name: str, notes: Problem, problems: Problem) ->
     for first_line, text in _chunks(stream):
         try:
             documents = list(Documents(text, Loader))
-        except yaml.YAMLError as error:
+        except ParseError as error:
             mark = getattr(error, "problem_mark", None)
             where = f"{name}:{first_line + mark.line + 1}:{mark.column + 1}" if mark else f"{name}#{index}"
             problems(InputProblem(where, f"invalid YAML: {getattr(error, 'problem', None) or error}"))

@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from webhook.audit.context import NamespaceContext
 from webhook.engine import (
     EXCEPTION_KIND,
@@ -39,7 +37,7 @@ from webhook.engine import (
     parse_time,
     rule_files,
 )
-from webhook.kubeyaml import Document, YamlError, load_documents
+from webhook.kubeyaml import Document, ParseError, YamlError, kubectl_documents, load_documents, styles
 
 from .suiteschema import schema_problems
 
@@ -148,7 +146,7 @@ def run(suites: list[Suite], load: Callable[[Sequence[str]], RuleSet] | None = N
                 decision = evaluate(ruleset, admission(case, Path(suite.file).parent), Phase.ALL, trace=True)
                 result.failures = check(case, decision, known)
                 result.excepted = [f"{rule} {verdict}" for rule, verdict in decision.excepted.items()]
-            except (OSError, YamlError, ValueError, yaml.YAMLError) as error:
+            except (OSError, YamlError, ValueError, ParseError) as error:
                 result.failures = [f"cannot run the case: {error}"]
             result.seconds = time.perf_counter() - started
             yield result
@@ -205,7 +203,8 @@ def _resource(case: Mapping[str, Any], key: str, base: Path | str) -> dict[str, 
         text = (Path(base) / file).read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise ValueError(f"{key}File {file}: not UTF-8 text: is it a binary file?") from None
-    (document, *_) = [d for d in yaml.safe_load_all(text) if d] or [None]
+    # as kubectl reads the file (the objects written in the suite are read so too: located.py)
+    (document, *_) = [d for d in kubectl_documents(text) if d] or [None]
     if not isinstance(document, dict):
         raise ValueError(f"{key}File {file}: not a YAML object")
     return document
@@ -387,6 +386,6 @@ def project(actual: Any, shape: Any) -> Any:
 
 def diff(expected: Any, actual: Any, from_name: str, to_name: str) -> str:
     def lines(value: Any) -> list[str]:
-        return yaml.safe_dump(value, sort_keys=False, default_flow_style=False, width=100).splitlines()
+        return styles.SUITE_DIFF.dump(value).splitlines()
 
     return "\n".join(difflib.unified_diff(lines(expected), lines(actual), from_name, to_name, lineterm=""))

@@ -170,9 +170,7 @@ _CONTEXT_KINDS = ("Namespace", "GPUPolicyException", "PriorityClass", "RuntimeCl
 
 def _read(path: str) -> list[dict[str, Any]]:
     """The documents of the file, each `kind: List` replaced by its items (as audit reads them)."""
-    import yaml
-
-    from webhook.kubeyaml import Loader
+    from webhook.kubeyaml import ParseError, kubectl_documents
 
     name = _name(path)
     try:
@@ -181,12 +179,12 @@ def _read(path: str) -> list[dict[str, Any]]:
         else:
             with open(path, encoding="utf-8") as stream:
                 text = stream.read()
-        documents = [d for d in yaml.load_all(text, Loader=Loader) if d is not None]
+        documents = [d for d in kubectl_documents(text) if d is not None]
     except UnicodeDecodeError as error:
         raise UsageError(f"{name}: not UTF-8 text (byte {error.start}): is it a binary file?") from None
     except OSError as error:
         raise UsageError(f"{name}: {error.strerror or error}") from None
-    except yaml.YAMLError as error:
+    except ParseError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
         raise UsageError(f"{where}: invalid YAML: {getattr(error, 'problem', None) or error}") from None

@@ -93,7 +93,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import yaml
+    from webhook.kubeyaml import styles
 
     if args.runbook:
         from webhook.install.runbook import runbook
@@ -113,9 +113,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if not args.image:
         _check_placeholder_image(documents)
-    # libyaml's emitter when PyYAML has it (the pure-Python one takes ~0.2 s on the manifests with the pack)
-    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-    yaml.dump_all(documents, sys.stdout, Dumper=dumper, sort_keys=False, default_flow_style=False, width=120)
+    styles.MANIFESTS.write_all(documents, sys.stdout)
     return 0
 
 

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-import yaml
-
 from webhook.engine import OVERLAY_KIND, POLICY_KIND
-from webhook.kubeyaml import plain_documents
+from webhook.kubeyaml import plain_documents, styles
 
 
 def webhook_files(data: Mapping[str, str], exported: Iterable[str]) -> dict[str, str]:
@@ -33,7 +31,7 @@ def webhook_files(data: Mapping[str, str], exported: Iterable[str]) -> dict[str,
         if kept == documents:
             out[key] = text
         elif any(isinstance(d, Mapping) and d.get("kind") in (POLICY_KIND, OVERLAY_KIND) for d in kept):
-            out[key] = yaml.safe_dump_all(kept, sort_keys=False)
+            out[key] = styles.RULE_FILES.dump_all(kept)
     return out
 
 

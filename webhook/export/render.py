@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import yaml
+from webhook.kubeyaml import styles
 
 from . import Export
-
-
-class _NoAliases(yaml.SafeDumper):
-    """Plain YAML: the same list used twice is written twice, never as an anchor."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
 
 
 def render(result: Export) -> str:
@@ -25,9 +16,7 @@ def render(result: Export) -> str:
     ]
     header += [f"# Narrower than the rule: {rule.rule}: {rule.note}" for rule in result.rules if rule.note]
     header += [f"# Kept by the webhook: {refusal.rule}: {refusal.reason}" for refusal in result.refused]
-    body = yaml.dump_all(
-        result.objects, Dumper=_NoAliases, sort_keys=False, default_flow_style=False, width=100, allow_unicode=True
-    )
+    body = styles.EXPORT.dump_all(result.objects)
     return "\n".join(header) + "\n" + (body if result.objects else "")
 
 

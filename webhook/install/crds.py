@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.engine import API_VERSION, SCHEMAS
+from webhook.kubeyaml import styles
 
 GROUP, VERSION = API_VERSION.split("/")
 CATEGORY = "gpu-webhook"  # `kubectl get gpu-webhook` lists every policy object
@@ -323,9 +324,7 @@ HEADER = """\
 
 
 def base_yaml() -> str:
-    from webhook.install.registration import dump_yaml
-
-    return HEADER + dump_yaml(crds())
+    return HEADER + styles.REGISTRATION.dump_all(crds())
 
 
 def main() -> int:

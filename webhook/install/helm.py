@@ -31,10 +31,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from webhook.certs import generate_bundle, service_dns_names, write_bundle
 from webhook.commands.manifests import NAMESPACE, SERVICE, TLS_SECRET, WEBHOOK_KINDS, render
+from webhook.kubeyaml import styles
 
 Object = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]
@@ -154,20 +153,8 @@ def place_values(obj: Object) -> Object:
     return obj
 
 
-class _Dumper(yaml.SafeDumper):
-    """Multi-line strings (the rule files in the rules ConfigMap) as literal blocks, readable in the chart."""
-
-
-def _string(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _string)
-
-
 def dump(obj: Object) -> str:
-    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1_000_000)
+    return styles.HELM.dump(obj)
 
 
 def template(obj: Object) -> str:

@@ -47,7 +47,7 @@ from webhook.engine import (
 from webhook.install.crds import GROUP as CRD_GROUP
 from webhook.install.crds import RESOURCES as POLICY_RESOURCES
 from webhook.install.crds import VERSION as CRD_VERSION
-from webhook.kubeyaml import load_documents
+from webhook.kubeyaml import load_documents, styles
 
 MUTATING, VALIDATING = "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"
 CONFIGURATION_NAMES = {MUTATING: "gpu-webhook-mutating", VALIDATING: "gpu-webhook-validating"}
@@ -451,27 +451,7 @@ BASE_HEADER = """\
 
 
 def base_yaml(ruleset: RuleSet) -> str:
-    return BASE_HEADER + dump_yaml(configurations(ruleset))
-
-
-def dump_yaml(documents: Iterable[Any]) -> str:
-    """Kubernetes-style YAML: CEL as `|-` blocks, short lists of scalars on one line."""
-    import yaml
-
-    class Dumper(yaml.SafeDumper):
-        pass
-
-    def text(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
-        style = "|" if "\n" in value else None
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-    def sequence(dumper: yaml.SafeDumper, value: list[Any]) -> yaml.Node:
-        flow = all(isinstance(item, str) for item in value)
-        return dumper.represent_sequence("tag:yaml.org,2002:seq", value, flow_style=flow)
-
-    Dumper.add_representer(str, text)
-    Dumper.add_representer(list, sequence)
-    return yaml.dump_all(documents, Dumper=Dumper, sort_keys=False, width=110)
+    return BASE_HEADER + styles.REGISTRATION.dump_all(configurations(ruleset))
 
 
 def main() -> int:

@@ -31,6 +31,8 @@ from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from .scalars import KUBE_PLAIN, KubeLoader, go_plain, json_key
 
+ParseError = yaml.YAMLError  # what every reader here raises for text it cannot read (problem_mark: where)
+
 
 class DuplicateKey(yaml.constructor.ConstructorError):
     pass
@@ -71,6 +73,11 @@ class Loader(KubeLoader):
                 ) from None
             mapping[key] = self.construct_object(value_node, deep=deep)
         return mapping
+
+
+def kubectl_documents(text: str) -> list[Any]:
+    """Every document of the stream as kubectl reads it (the reference `Loader`); a bare `---` is None."""
+    return list(yaml.load_all(text, Loader=Loader))  # nosec B506: Loader is the safe loader with kubectl's scalars
 
 
 _PLAIN = "?plain"  # a tag no YAML document can spell: "resolve me from the text"

@@ -19,9 +19,8 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any, TextIO
 
-import yaml
-
 from webhook.engine import Action, Result
+from webhook.kubeyaml.styles import POLICY_REPORT
 
 from ..results import ObjectResult, Tally, text
 from ..sources import InputProblem
@@ -40,7 +39,6 @@ _RESULT = {
     Result.EXCEPTED: "skip",  # a GPUPolicyException let the object through (the message says which)
 }
 _SEVERITY = {Action.DENY: "high", Action.WARN: "medium", Action.AUDIT: "low"}
-_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 INPUT_POLICY = "gpu-webhook-input"  # the results of inputs that could not be read
 
 
@@ -51,7 +49,7 @@ def _now() -> int:
 
 class PolicyReportBuilder:
     """Collects results by namespace, compactly; `reports()` yields the finished PolicyReport objects
-    and `write()` writes them as a YAML stream, the same bytes `yaml.dump_all(reports())` writes.
+    and `write()` writes them as a YAML stream, the same bytes `POLICY_REPORT.dump_all(reports())` writes.
 
     A report holds one result per rule and object, so a 100k-object audit holds millions of them:
     each object is kept as its resource and one shared row per distinct (rule, result, message,
@@ -167,10 +165,10 @@ class PolicyReportBuilder:
             yield report
 
     def write(self, out: TextIO) -> None:
-        """The reports as `yaml.dump_all(self.reports(), Dumper=CSafeDumper, sort_keys=False)` writes them."""
+        """The reports as `POLICY_REPORT.dump_all(self.reports())` writes them."""
         for index, namespace in enumerate(sorted(self.results)):
             report = self._head(namespace)
-            out.write(("---\n" if index else "") + yaml.dump(report, Dumper=_Dumper, sort_keys=False))
+            out.write(("---\n" if index else "") + POLICY_REPORT.dump(report))
             records = self.results[namespace]
             # objects no rule acted on have no rows: a namespace of only those has no results (`[]`; a
             # bare `results:` would be null, which the PolicyReport schema refuses)
@@ -224,7 +222,7 @@ _PLAIN_WIDTH = 80 - len("  message: ")
 
 def _item(mapping: dict[str, Any], first: bool = False) -> str:
     """The lines of `mapping` as an item of a top-level YAML sequence: `- k: v` (first) or `  k: v`."""
-    text = yaml.dump([mapping], Dumper=_Dumper, sort_keys=False)
+    text = POLICY_REPORT.dump([mapping])
     return text if first else "  " + text[2:]
 
 
