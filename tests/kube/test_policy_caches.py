@@ -20,9 +20,8 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.support.kubestub import KubeStub
 from webhook.engine import AdmissionInput
-from webhook.install.crds import POLICY
 from webhook.kube import ClusterCaches, rest
-from webhook.kube.policies import PolicyCaches, PolicyObjectCache, spec_version
+from webhook.kube.policies import POLICY, PolicyCaches, PolicyObjectCache, spec_version
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ kube, commands, cli; bench) import from `webhook.engine` only, never from its mo
 (tests/engine/test_api_boundary.py checks). Its modules, by what they hold: policy.py (rules
 in), request.py (what a door hands evaluate), decision.py (what comes out), evaluate.py (the
 run), matching.py, facts.py (the working copy), programs.py (how the CEL runs), projection.py,
-limits.py, ratcheting.py (ratcheting's fields), loader.py, ruleset.py, schema.py, workloads.py (the
+limits.py, ratcheting.py (ratcheting's fields), loader.py, ruleset.py, schema.py, policyresources.py (the CRDs' names), workloads.py (the
 kind table), overlays.py (site overlays on the rule documents), exceptions.py (GPUPolicyException),
 mutate.py (the mutation registry), patch.py, pointer.py, resources.py, quantity.py,
 cel.py, celsyntax.py, celhelpers.py.
@@ -56,6 +56,7 @@ from .paramtypes import inferred_schema as inferred_params_schema
 from .paramtypes import type_error as param_type_error
 from .pointer import is_map
 from .policy import Action, KindApi, LabelSelector, LoadError, Rule, RuleLoadError, SourceLocation
+from .policyresources import MAX_EXCEPTIONS_PER_NAMESPACE, POLICY_RESOURCES, PolicyResource
 from .quantity import QuantityError, parse_quantity, quantity_of
 from .ratcheting import top_level
 from .request import (
@@ -164,6 +165,9 @@ __all__ += [
     "TEST_KIND",
     "TEST_SCHEMA",
 ]
+# the policy objects as cluster resources (the CRDs' names: install, kube, policies) and the bound on
+# GPUPolicyExceptions per namespace
+__all__ += ["MAX_EXCEPTIONS_PER_NAMESPACE", "POLICY_RESOURCES", "PolicyResource"]
 # CEL tools the export needs: the one CEL scanner and parser (celsyntax), the helpers' rewrite
 # (celhelpers), compiled expressions and their plain results
 __all__ += [

@@ -34,81 +34,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from webhook.engine import API_VERSION, SCHEMAS
+from webhook.engine import POLICY_RESOURCES, SCHEMAS, PolicyResource
 from webhook.kubeyaml import styles
 
-GROUP, VERSION = API_VERSION.split("/")
 CATEGORY = "gpu-webhook"  # `kubectl get gpu-webhook` lists every policy object
-
-
-@dataclass(frozen=True)
-class PolicyResource:
-    """One kind of policy object: its names, scope and the printer columns of `kubectl get`."""
-
-    kind: str
-    plural: str
-    short_names: tuple[str, ...]
-    namespaced: bool
-    status: bool  # the server writes its status (conditions, byPod)
-    columns: tuple[tuple[str, str, str, str], ...]  # (name, type, jsonPath, description)
-
-    @property
-    def crd_name(self) -> str:
-        return f"{self.plural}.{GROUP}"
-
-    @property
-    def collection(self) -> str:
-        """The path that lists every object (all namespaces for a namespaced kind)."""
-        return f"/apis/{API_VERSION}/{self.plural}"
-
-
-_READY = ("Ready", "string", '.status.conditions[?(@.type=="Ready")].status', "Whether every replica runs it")
-_AGE = ("Age", "date", ".metadata.creationTimestamp", "")
-POLICY = PolicyResource(
-    "GPUPolicy",
-    "gpupolicies",
-    ("gpupol",),
-    namespaced=False,
-    status=True,
-    columns=(
-        ("Action", "string", ".spec.action", "Deny, Warn or Audit"),
-        ("FailurePolicy", "string", ".spec.failurePolicy", "Fail or Ignore when the rule cannot be evaluated"),
-        _READY,
-        _AGE,
-    ),
-)
-OVERLAY = PolicyResource(
-    "GPUPolicyOverlay",
-    "gpupolicyoverlays",
-    ("gpuovl",),
-    namespaced=False,
-    status=True,
-    columns=(("Rules", "string", ".spec.rules[*].name", "The rules it changes"), _READY, _AGE),
-)
-EXCEPTION = PolicyResource(
-    "GPUPolicyException",
-    "gpupolicyexceptions",
-    ("gpupolex",),
-    namespaced=True,
-    status=False,
-    columns=(
-        ("Rules", "string", ".spec.rules", "The rules it lets objects through"),
-        ("Expires", "string", ".spec.expires", "When it stops applying"),
-        ("Reason", "string", ".spec.reason", ""),
-        _AGE,
-    ),
-)
-# GPUPolicyExceptions applied per namespace: past it, the newest are not applied (webhook/kube/caches.py)
-# and the /policies check refuses new ones (webhook/policies/admission.py). An exception is meant to be
-# rare and specific (one team's workload, one rule, until a date); 64 leaves room for that and bounds
-# what every request of the namespace walks (webhook/engine/exceptions.py `excepting`).
-# `serve --max-exceptions-per-namespace` sets it.
-MAX_EXCEPTIONS_PER_NAMESPACE = 64
-RESOURCES = (POLICY, OVERLAY, EXCEPTION)
-BY_KIND = {resource.kind: resource for resource in RESOURCES}
+RESOURCES = tuple(POLICY_RESOURCES.values())
 
 # The status the servers write and the envelope: bounds of Kubernetes' own (kubernetes/kubernetes,
 # staging/src/k8s.io/apimachinery/pkg/apis/meta/v1/types.go, metav1.Condition: type 316, reason 1024,
@@ -275,7 +207,7 @@ def crd(resource: PolicyResource) -> dict[str, Any]:
         "metadata": {"type": "object"},
         "spec": spec,
     }
-    version: dict[str, Any] = {"name": VERSION, "served": True, "storage": True}
+    version: dict[str, Any] = {"name": resource.version, "served": True, "storage": True}
     if resource.status:
         properties["status"] = _status_schema(resource)
         version["subresources"] = {"status": {}}
@@ -296,7 +228,7 @@ def crd(resource: PolicyResource) -> dict[str, Any]:
         "kind": "CustomResourceDefinition",
         "metadata": {"name": resource.crd_name, "labels": {"app.kubernetes.io/name": "gpu-webhook"}},
         "spec": {
-            "group": GROUP,
+            "group": resource.group,
             "scope": "Namespaced" if resource.namespaced else "Cluster",
             "names": {
                 "kind": resource.kind,

@@ -33,6 +33,7 @@ from typing import Any
 from webhook.engine import (
     BY_KIND,
     KINDS,
+    POLICY_RESOURCES,
     TEST_KIND,
     WORKLOAD_KINDS,
     Accelerators,
@@ -44,9 +45,6 @@ from webhook.engine import (
     compile_documents,
     top_level,
 )
-from webhook.install.crds import GROUP as CRD_GROUP
-from webhook.install.crds import RESOURCES as POLICY_RESOURCES
-from webhook.install.crds import VERSION as CRD_VERSION
 from webhook.kubeyaml import load_documents, styles
 
 MUTATING, VALIDATING = "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"
@@ -94,13 +92,13 @@ ENTRIES = (
     # second: the overlays patch each entry's failurePolicy by index (validating webhooks/0 and /1)
     Entry("policies.gpu-webhook.io", VALIDATING, tenants=None, policies=True),
 )
-# What the policies entry sends: a CREATE or UPDATE of any policy object (webhook/install/crds.py)
+# What the policies entry sends: a CREATE or UPDATE of any policy object (webhook/engine/policyresources.py)
 POLICY_RULES = [
     {
-        "apiGroups": [CRD_GROUP],
-        "apiVersions": [CRD_VERSION],
+        "apiGroups": sorted({resource.group for resource in POLICY_RESOURCES.values()}),
+        "apiVersions": sorted({resource.version for resource in POLICY_RESOURCES.values()}),
         "operations": ["CREATE", "UPDATE"],
-        "resources": sorted(resource.plural for resource in POLICY_RESOURCES),
+        "resources": sorted(resource.plural for resource in POLICY_RESOURCES.values()),
         "scope": "*",
     }
 ]

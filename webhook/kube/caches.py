@@ -26,19 +26,22 @@ from kubernetes.client.exceptions import ApiException
 
 from webhook.engine import (
     API_VERSION,
+    EXCEPTION_KIND,
+    MAX_EXCEPTIONS_PER_NAMESPACE,
+    POLICY_RESOURCES,
     AdmissionInput,
     PolicyException,
     RuleLoadError,
     parse_exception,
     priority_class_table,
 )
-from webhook.install.crds import EXCEPTION, MAX_EXCEPTIONS_PER_NAMESPACE
 
 from .connect import ClusterError
 from .policies import PolicyObjectCache
 from .watchcache import WatchCache
 
 log = logging.getLogger(__name__)
+EXCEPTION = POLICY_RESOURCES[EXCEPTION_KIND]
 
 
 class NamespaceCache(WatchCache):
@@ -133,7 +136,7 @@ class ExceptionCache(PolicyObjectCache):
     is the same on every replica.
     """
 
-    resource = ("gpu-webhook.io", EXCEPTION.plural)
+    resource = (EXCEPTION.group, EXCEPTION.plural)
 
     def __init__(
         self,

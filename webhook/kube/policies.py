@@ -33,7 +33,7 @@ from typing import Any
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from webhook.install.crds import GROUP, OVERLAY, POLICY, PolicyResource
+from webhook.engine import OVERLAY_KIND, POLICY_KIND, POLICY_RESOURCES, PolicyResource
 
 from .connect import ClusterError
 from .watchcache import WatchCache, _Gone
@@ -98,7 +98,7 @@ class PolicyObjectCache(WatchCache):
         self._notify("SYNCED", "")
 
     def _refusal(self, status: int) -> str:
-        what = f"{self.definition.plural}.{GROUP}"
+        what = self.definition.crd_name
         if status == 404:
             return (
                 f"{what} is not served by this cluster (HTTP 404: the CRD is not installed): install the CRDs "
@@ -175,7 +175,8 @@ def spec_version(objects: list[dict[str, Any]]) -> SpecVersion:
 
 
 # (API group, plural) of the rules the cluster holds: `list` (and `watch` in the server) is the RBAC they need
-RULE_RESOURCES: tuple[tuple[str, str], ...] = tuple((GROUP, r.plural) for r in (POLICY, OVERLAY))
+POLICY, OVERLAY = POLICY_RESOURCES[POLICY_KIND], POLICY_RESOURCES[OVERLAY_KIND]
+RULE_RESOURCES: tuple[tuple[str, str], ...] = tuple((r.group, r.plural) for r in (POLICY, OVERLAY))
 
 
 class PolicyCaches:

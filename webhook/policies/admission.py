@@ -40,8 +40,14 @@ from typing import Any, Protocol
 import orjson
 from aiohttp import web
 
-from webhook.engine import LoadError, RuleSet, exception_errors
-from webhook.install.crds import BY_KIND, EXCEPTION, MAX_EXCEPTIONS_PER_NAMESPACE
+from webhook.engine import (
+    EXCEPTION_KIND,
+    MAX_EXCEPTIONS_PER_NAMESPACE,
+    POLICY_RESOURCES,
+    LoadError,
+    RuleSet,
+    exception_errors,
+)
 from webhook.install.registration import TIMEOUT_SECONDS
 from webhook.policies.checker import Checker, CheckTimeout
 from webhook.policies.objects import errors_about, policy_object, summary
@@ -173,7 +179,7 @@ class PolicyCheck:
         except ReviewError as error:
             return web.json_response({"error": str(error)}, status=400)
         obj = review.object
-        if review.operation not in CHECKED_OPERATIONS or review.kind not in BY_KIND or obj is None:
+        if review.operation not in CHECKED_OPERATIONS or review.kind not in POLICY_RESOURCES or obj is None:
             return self._done(review, "allowed", started, answer(review.uid, review.kind, "", []))
         name = str((obj.get("metadata") or {}).get("name") or "")
         label = f"{review.kind} {name or '(unnamed)'}"
@@ -184,7 +190,7 @@ class PolicyCheck:
         if over:
             message = f"gpu-webhook refused {label}: {over}"
             return self._done(review, "denied", started, refusal(review.uid, 403, "Forbidden", message))
-        lane = NAMESPACES if review.kind == EXCEPTION.kind else PLATFORM
+        lane = NAMESPACES if review.kind == EXCEPTION_KIND else PLATFORM
         key = review.namespace or ""
         busy = self._turns.refused(lane, key)
         if busy:
@@ -207,7 +213,7 @@ class PolicyCheck:
 
     def _over_the_bound(self, operation: str, kind: str, namespace: str | None) -> str:
         """Why a new exception is refused for the namespace's count ('' if it is not)."""
-        if operation != "CREATE" or kind != EXCEPTION.kind or self.exceptions is None or not namespace:
+        if operation != "CREATE" or kind != EXCEPTION_KIND or self.exceptions is None or not namespace:
             return ""
         count, limit = self.exceptions.count(namespace), self.limits.max_exceptions_per_namespace
         if count < limit:
@@ -237,7 +243,7 @@ class PolicyCheck:
     def _work(self, obj: dict[str, Any]) -> tuple[Callable[..., list[LoadError]], tuple[Any, ...]]:
         """The check of `obj` and its arguments: an exception against the rules in use, else lint."""
         ruleset = self.sources.ruleset
-        if obj.get("kind") == EXCEPTION.kind and ruleset is not None:
+        if obj.get("kind") == EXCEPTION_KIND and ruleset is not None:
             return exception_check, (obj, {rule.name: rule.exceptable for rule in ruleset.rules})
         return problems, (obj, list(self.sources.paths), self.sources.cluster_objects())
 

@@ -31,8 +31,7 @@ from typing import Any, Protocol
 import orjson
 from kubernetes.client import ApiClient
 
-from webhook.engine import API_VERSION, LoadError
-from webhook.install.crds import BY_KIND
+from webhook.engine import API_VERSION, POLICY_RESOURCES, LoadError
 from webhook.kube import rest
 from webhook.kube.background import BackgroundThread
 from webhook.policies.objects import PolicyObject, errors_about, summary
@@ -193,7 +192,7 @@ class StatusWriter(BackgroundThread):
         return frozenset(name for name in named if not self._keep(name))
 
     def _write(self, obj: PolicyObject, entry: dict[str, Any]) -> bool:
-        resource = BY_KIND[obj.kind]
+        resource = POLICY_RESOURCES[obj.kind]
         where = f"/namespaces/{obj.namespace}" if obj.namespace else ""
         path = f"/apis/{API_VERSION}{where}/{resource.plural}/{obj.name}/status"
         for _attempt in range(CONFLICT_RETRIES):

@@ -92,7 +92,7 @@ class ServerConfig:
     # serve --record-reviews: write received AdmissionReviews here (debugging aid; webhook.server.recorder)
     record_reviews: str | None = None
     record_reviews_max: int = 100
-    # GPUPolicyExceptions applied per namespace (webhook/install/crds.py MAX_EXCEPTIONS_PER_NAMESPACE)
+    # GPUPolicyExceptions applied per namespace (webhook/engine/policyresources.py MAX_EXCEPTIONS_PER_NAMESPACE)
     max_exceptions_per_namespace: int = 64
     # `/policies` (webhook/policies/admission.py): checks waiting behind the running one, past which a 429;
     # seconds a check may take (None: the registration's timeoutSeconds less a margin)
