@@ -18,7 +18,7 @@ from webhook.install.crds import RESOURCES, base_yaml, crds, structural, unbound
 
 def test_the_committed_crds_are_current() -> None:
     committed = (REPO / "manifests/base/crds.yaml").read_text()
-    assert committed == base_yaml(), "regenerate: python -m webhook.install.crds > manifests/base/crds.yaml"
+    assert committed == base_yaml(), "regenerate: python -m webhook.commands.generate crds > manifests/base/crds.yaml"
 
 
 def test_the_kustomize_base_installs_them() -> None:

@@ -14,7 +14,7 @@ import yaml
 
 from tests.support import REPO, RULES
 from webhook.cli import main
-from webhook.commands.manifests import rules_configmap
+from webhook.install.manifests import rules_configmap
 from webhook.server.build import BuildGuard
 from webhook.server.metrics import Metrics
 from webhook.server.reload import RuleStore

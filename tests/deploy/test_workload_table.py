@@ -162,12 +162,12 @@ def test_the_accelerator_match_condition_knows_every_kind_of_the_table(rendered)
 
 
 def test_the_kustomize_base_is_the_registration_of_the_shipped_pack(pack):
-    """manifests/base/webhooks.yaml is generated (python -m webhook.install.registration > manifests/base/webhooks.yaml)."""
+    """manifests/base/webhooks.yaml is generated (python -m webhook.commands.generate registration > manifests/base/webhooks.yaml)."""
     from tests.support import REPO
     from webhook.install.registration import base_yaml
 
     assert (REPO / "manifests" / "base" / "webhooks.yaml").read_text() == base_yaml(pack), (
-        "stale: run `python -m webhook.install.registration > manifests/base/webhooks.yaml`"
+        "stale: run `python -m webhook.commands.generate registration > manifests/base/webhooks.yaml`"
     )
 
 

@@ -17,7 +17,7 @@ from webhook.install.helm import COMMAND, chart_files, release_version
 
 
 def test_the_generated_files_are_current() -> None:
-    """Every file `python -m webhook.install.helm` writes equals the committed one (CRDs, RBAC, registration,
+    """Every file `python -m webhook.commands.generate helm` writes equals the committed one (CRDs, RBAC, registration,
     rules and hardening change elsewhere; the chart follows by regeneration, never by hand)."""
     from webhook.commands.common import default_rules_dir
 

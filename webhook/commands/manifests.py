@@ -1,17 +1,9 @@
 """`gpu-webhook manifests`: the install manifests as one multi-document YAML stream.
 
-Renders manifests/overlays/<overlay> (plus optional components) with the built-in
-kustomize subset (webhook/install/kustomize.py), then adds what a static kustomize tree cannot hold:
-  - the ConfigMap `gpu-webhook-rules`, built from --rules after checking that they load
-    (a kustomize configMapGenerator cannot read files outside its directory, and a copy of
-    rules/ under manifests/ would drift). Its name carries no hash suffix on purpose: the
-    server hot-reloads the mounted files, so a rule change needs no roll-out;
-  - the `caBundle` of both webhook configurations, from --ca DIR/ca.crt;
-  - the Secret `gpu-webhook-tls` from DIR/tls.crt and tls.key (omit with --no-secret, e.g.
-    when the Secret is created separately with `kubectl create secret tls`).
-With `--component cert-manager`, cert-manager issues the Secret and injects the caBundle: no --ca.
-The enforce overlay rendered alone (`kubectl apply -k`) keeps both webhooks at failurePolicy Ignore;
-only this command, which adds the three things above, adds components/fail-closed.
+webhook/install/manifests.py renders them (the overlay, the rules ConfigMap, the caBundle and the
+TLS Secret); this command resolves the options, loads the rules first (a broken pack is never
+shipped; one line on stderr says which rules) and, with --native, exports the rules that run in the
+apiserver instead. A RenderError is a usage error (exit code 2).
 """
 
 from __future__ import annotations
@@ -36,11 +28,6 @@ from webhook.commands.common import (
 
 if TYPE_CHECKING:
     from webhook.export.versions import Release
-
-SERVICE, NAMESPACE, RULES_CONFIGMAP, TLS_SECRET = "gpu-webhook", "gpu-webhook", "gpu-webhook-rules", "gpu-webhook-tls"
-WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
-CONFIGMAP_LIMIT = 1024 * 1024  # the apiserver refuses ConfigMaps over 1 MiB
-LABELS = {"app.kubernetes.io/name": "gpu-webhook"}
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -124,6 +111,8 @@ def _check_placeholder_image(documents: list[dict[str, Any]]) -> None:
     pod create the webhooks select (all but the exempt namespaces), so that output is refused.
     Under Ignore nothing is refused and the output is useful to look at: a note says so.
     """
+    from webhook.install.manifests import WEBHOOK_KINDS
+
     images = [
         container["image"]
         for obj in documents
@@ -161,55 +150,27 @@ def render(
     secret: bool = True,
     native: NativeMode | None = None,
 ) -> list[dict[str, Any]]:
-    import base64
+    """The install's objects (webhook.install.manifests.render) with the rules loaded as every command loads them."""
+    from webhook.install.manifests import RenderError
+    from webhook.install.manifests import render as render_install
 
-    from webhook.certs import CA_FILE, check_bundle
-    from webhook.install.kustomize import KustomizeError, build, sort_objects
-    from webhook.install.registration import configmap_ruleset, derive
-
-    cert_manager = "cert-manager" in components
-    if cert_manager and ca_dir is not None:
-        raise UsageError("--ca and the cert-manager component are alternatives: cert-manager injects the caBundle")
-    if not cert_manager and ca_dir is None:
-        raise UsageError(
-            "--ca DIR is required (run `gpu-webhook certs --out DIR` first), or use --component cert-manager"
-        )
-    if ca_dir is not None:
-        problems = check_bundle(ca_dir, f"{SERVICE}.{NAMESPACE}.svc", with_key=secret)
-        if problems:
-            raise UsageError(f"--ca {ca_dir}: " + "; ".join(problems))
-    # The enforce overlay alone leaves the webhooks at Ignore (safe under a plain `kubectl apply -k`);
-    # they fail closed only here, with the caBundle, the rules ConfigMap and the Secret in the output.
-    extra = [*components, *(["fail-closed"] if overlay == "enforce" else [])]
+    paths = [rules] if isinstance(rules, str) else list(rules or [default_rules_dir()])
     try:
-        objects = build(manifests / "overlays" / overlay, [manifests / "components" / c for c in extra])
-    except (KustomizeError, OSError) as error:
-        raise UsageError(f"cannot render {manifests}: {error}") from None
-    configmap = rules_configmap(rules or default_rules_dir())
-    objects.append(configmap)
-    if native is not None:
-        objects.extend(native_policies(configmap, rules or default_rules_dir(), native, audit=overlay == "audit"))
-    # what the apiserver sends follows the rules the webhook will load: the ConfigMap, after --native
-    objects = derive(objects, configmap_ruleset(configmap))
-    if ca_dir is not None:
-        ca = _read(ca_dir / CA_FILE)
-        for obj in objects:
-            if obj["kind"] in WEBHOOK_KINDS:
-                for webhook in obj["webhooks"]:
-                    webhook["clientConfig"]["caBundle"] = base64.b64encode(ca).decode()
-        if secret:
-            objects.append(tls_secret(ca_dir))
-    if image:
-        for obj in objects:
-            if obj["kind"] in ("Deployment", "CronJob"):
-                template = (
-                    obj["spec"]["template"]
-                    if obj["kind"] == "Deployment"
-                    else obj["spec"]["jobTemplate"]["spec"]["template"]
-                )
-                for container in template["spec"]["containers"]:
-                    container["image"] = image
-    return sort_objects(objects)
+        return render_install(
+            manifests,
+            overlay,
+            components,
+            ca_dir,
+            paths,
+            image,
+            secret,
+            native=(lambda configmap: native_policies(configmap, paths, native, audit=overlay == "audit"))
+            if native is not None
+            else None,
+            check_rules=load_ruleset,
+        )
+    except RenderError as error:
+        raise UsageError(str(error)) from None
 
 
 class NativeMode(NamedTuple):  # not a dataclass: `dataclasses` is 8 ms of imports that --help would pay
@@ -242,7 +203,7 @@ def native_policies(
     from webhook.export.mixed import webhook_files
 
     try:
-        # rules_configmap has announced these rules (common.load_ruleset): once is enough
+        # the render has loaded and announced these rules (check_rules: common.load_ruleset): once is enough
         result = export(load_ruleset(rules, announce=False), "all", mode.release, mode.claims)
     except ValueError as error:
         raise UsageError(str(error)) from None
@@ -261,66 +222,3 @@ def native_policies(
                         dict.fromkeys("Audit" if a == "Deny" else a for a in actions)
                     )
     return native_objects(complete, mode.policy_per_rule)
-
-
-def rules_configmap(rules: list[str] | str) -> dict[str, Any]:
-    """Every rule file of every path as one key. Loading them first means a broken pack is never shipped."""
-    from webhook.engine import rule_files
-
-    paths = [rules] if isinstance(rules, str) else rules
-    load_ruleset(paths)
-    data: dict[str, str] = {}
-    origin: dict[str, str] = {}  # key -> the file it holds, to name both of two files that want one key
-    for path in paths:
-        root = Path(path)
-        for file in rule_files([path]):
-            text = Path(file).read_text()
-            if _only_test_suites(text):
-                continue  # GPUPolicyTest suites run in CI; the cluster needs only the rules
-            relative = Path(file).relative_to(root) if root.is_dir() else Path(Path(file).name)
-            # a ConfigMap volume is flat: nested directories become part of the key
-            key = "_".join(relative.parts)
-            if key in origin:
-                raise UsageError(
-                    f"{origin[key]} and {file} would both be the file {key} of the rules ConfigMap (its volume is "
-                    "one flat directory): rename one of them"
-                )
-            origin[key] = file
-            data[key] = text
-    size = sum(len(k) + len(v.encode()) for k, v in data.items())
-    if size > CONFIGMAP_LIMIT:
-        raise UsageError(f"rules are {size} bytes; a ConfigMap holds at most {CONFIGMAP_LIMIT}")
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": RULES_CONFIGMAP, "namespace": NAMESPACE, "labels": dict(LABELS)},
-        "data": data,
-    }
-
-
-def _only_test_suites(text: str) -> bool:
-    from webhook.engine import TEST_KIND
-    from webhook.kubeyaml import document_kinds
-
-    return TEST_KIND in text and set(document_kinds(text)) == {TEST_KIND}
-
-
-def tls_secret(ca_dir: Path) -> dict[str, Any]:
-    import base64
-
-    from webhook.certs import CA_FILE, CERT_FILE, KEY_FILE
-
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": "kubernetes.io/tls",
-        "metadata": {"name": TLS_SECRET, "namespace": NAMESPACE, "labels": dict(LABELS)},
-        "data": {name: base64.b64encode(_read(ca_dir / name)).decode() for name in (CERT_FILE, KEY_FILE, CA_FILE)},
-    }
-
-
-def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as error:
-        raise UsageError(f"cannot read {path}: {error.strerror or error}") from None

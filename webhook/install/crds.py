@@ -26,13 +26,12 @@ What the CRD cannot say is checked by the server's validating webhook for policy
 same loader and lint (`policies.gpu-webhook.io`, webhook/policies/admission.py): a broken policy
 is refused at `kubectl apply` with the loader's field paths.
 
-`manifests/base/crds.yaml` is this module's output (`python -m webhook.install.crds >
+`manifests/base/crds.yaml` is this module's output (`python -m webhook.commands.generate crds >
 manifests/base/crds.yaml`; tests/deploy fails when it is stale).
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -248,7 +247,7 @@ def crds() -> list[dict[str, Any]]:
 
 
 HEADER = """\
-# Generated from the engine's JSON Schemas by `python -m webhook.install.crds > manifests/base/crds.yaml`
+# Generated from the engine's JSON Schemas by `python -m webhook.commands.generate crds > manifests/base/crds.yaml`
 # (webhook/install/crds.py says how a JSON Schema becomes a structural openAPIV3Schema); tests/deploy
 # fails when it is stale. What a CRD schema cannot check, the server's `policies.gpu-webhook.io`
 # validating webhook checks with the loader and lint, so a broken policy is refused at apply.
@@ -257,12 +256,3 @@ HEADER = """\
 
 def base_yaml() -> str:
     return HEADER + styles.REGISTRATION.dump_all(crds())
-
-
-def main() -> int:
-    sys.stdout.write(base_yaml())
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

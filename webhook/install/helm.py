@@ -1,6 +1,6 @@
 """The Helm chart's derived parts, generated from what `gpu-webhook manifests` renders, so the two never disagree.
 
-`python -m webhook.install.helm [CHART_DIR]` (default manifests/helm/gpu-webhook) writes:
+`python -m webhook.commands.generate helm [CHART_DIR]` (default manifests/helm/gpu-webhook) writes:
   - `crds/gpu-webhook.yaml`: the three CRDs, as rendered (webhook/install/crds.py);
   - `templates/generated/*.yaml`: every other object of the enforce overlay and of the optional
     components (policyreports, audit-cronjob, cert-manager, monitoring), each a template where the
@@ -25,20 +25,20 @@ from __future__ import annotations
 
 import re
 import subprocess  # nosec B404: `git describe` with a fixed argv, for the chart version (a generator, not the server)
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from webhook.certs import generate_bundle, service_dns_names, write_bundle
-from webhook.commands.manifests import NAMESPACE, SERVICE, TLS_SECRET, WEBHOOK_KINDS, render
 from webhook.kubeyaml import styles
+
+from .manifests import NAMESPACE, SERVICE, TLS_SECRET, WEBHOOK_KINDS, render
 
 Object = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_CHART = REPO / "manifests" / "helm" / "gpu-webhook"
-COMMAND = "python -m webhook.install.helm"
+COMMAND = "python -m webhook.commands.generate helm"
 HEADER = f"# Generated from `gpu-webhook manifests` by `{COMMAND}`; do not edit (tests/helm fails when stale).\n"
 # optional parts: the component -> the value that enables it in the chart
 COMPONENTS = {
@@ -78,7 +78,7 @@ def chart_files(manifests: Path, rules: str) -> dict[str, str]:
         ca = Path(scratch)
 
         def objects(components: list[str], ca_dir: Path | None = ca) -> list[Object]:
-            return render(manifests, "enforce", components, ca_dir, rules, PLACEHOLDER_IMAGE, secret=False)
+            return render(manifests, "enforce", components, ca_dir, [rules], PLACEHOLDER_IMAGE, secret=False)
 
         base = objects([])
         optional: dict[tuple[str, str], str] = {}
@@ -226,16 +226,3 @@ def write(chart: Path, files: dict[str, str]) -> list[str]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return sorted(files)
-
-
-def main(argv: list[str]) -> int:
-    from webhook.commands.common import default_manifests_dir, default_rules_dir
-
-    chart = Path(argv[0]) if argv else DEFAULT_CHART
-    written = write(chart, chart_files(Path(default_manifests_dir()), default_rules_dir()))
-    print(f"wrote {len(written)} files under {chart}", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))

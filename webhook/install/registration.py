@@ -18,16 +18,14 @@ one kind table (webhook/engine/workloads.py KINDS) and the kinds rules declare t
 
 ENTRIES holds the fixed part of each entry (names, namespaces, failure policy); `configurations`
 renders both webhook configurations, and `manifests/base/webhooks.yaml` is its output for the
-shipped pack (`python -m webhook.install.registration > manifests/base/webhooks.yaml`; a test compares).
+shipped pack (`python -m webhook.commands.generate registration > manifests/base/webhooks.yaml`; a test compares).
 """
 
 from __future__ import annotations
 
 import copy
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from webhook.engine import (
@@ -59,7 +57,6 @@ INPUTS_CHANGED, REQUESTS_ACCELERATORS = "rule-inputs-changed", "requests-acceler
 SERVICE, NAMESPACE = "gpu-webhook", "gpu-webhook"
 # an answer takes milliseconds; 5 s only bounds a sick replica (the apiserver's default is 10, max 30)
 TIMEOUT_SECONDS = 5
-CHECKOUT_RULES = Path(__file__).resolve().parents[2] / "rules"
 
 
 @dataclass(frozen=True)
@@ -431,7 +428,7 @@ def configurations(ruleset: RuleSet) -> list[dict[str, Any]]:
 
 
 BASE_HEADER = """\
-# Generated from the shipped rule pack by `python -m webhook.install.registration > manifests/base/webhooks.yaml`
+# Generated from the shipped rule pack by `python -m webhook.commands.generate registration > manifests/base/webhooks.yaml`
 # (webhook/install/registration.py says what each field is and why); tests/deploy fails when it is stale.
 # `gpu-webhook manifests` derives `rules` and `matchConditions` again from the rules it ships, and the
 # server keeps the live objects in step with the rules it loads.
@@ -450,15 +447,3 @@ BASE_HEADER = """\
 
 def base_yaml(ruleset: RuleSet) -> str:
     return BASE_HEADER + styles.REGISTRATION.dump_all(configurations(ruleset))
-
-
-def main() -> int:
-    """Print manifests/base/webhooks.yaml for the shipped pack (run in a checkout: rules/ beside webhook/)."""
-    from webhook.commands.common import load_ruleset
-
-    sys.stdout.write(base_yaml(load_ruleset(str(CHECKOUT_RULES))))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 {{/*
 Helpers of the hand-written and the generated templates (templates/generated/, from
-`python -m webhook.install.helm`). Names of objects are fixed, as `gpu-webhook manifests` renders
+`python -m webhook.commands.generate helm`). Names of objects are fixed, as `gpu-webhook manifests` renders
 them: the RBAC names the webhook configurations by name, and one gpu-webhook serves a cluster.
 */}}
 
