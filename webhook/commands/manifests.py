@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -155,19 +156,10 @@ def render(
     from webhook.install.manifests import render as render_install
 
     paths = [rules] if isinstance(rules, str) else list(rules or [default_rules_dir()])
+    exported = partial(native_policies, rules=paths, mode=native, audit=overlay == "audit") if native else None
     try:
         return render_install(
-            manifests,
-            overlay,
-            components,
-            ca_dir,
-            paths,
-            image,
-            secret,
-            native=(lambda configmap: native_policies(configmap, paths, native, audit=overlay == "audit"))
-            if native is not None
-            else None,
-            check_rules=load_ruleset,
+            manifests, overlay, components, ca_dir, paths, image, secret, native=exported, check_rules=load_ruleset
         )
     except RenderError as error:
         raise UsageError(str(error)) from None
