@@ -149,7 +149,7 @@ def _field_errors(document: Document) -> Iterator[LoadError]:
         return
     match = found if isinstance(found := spec.get("match"), Mapping) else {}
     kinds = listed if isinstance(listed := match.get("kinds"), list) else []
-    names = [str(k.get("kind")) if isinstance(k, Mapping) else str(k) for k in kinds]
+    names = KIND_TABLE.kind_names(kinds)
     texts = list(document_cel_texts(data))
     reads_kind = any(reads_object_kind(text) for _, text in texts)
     scope = scope_for(names, spec.get("autogen", True) is not False, reads_kind)

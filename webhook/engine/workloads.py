@@ -159,6 +159,8 @@ class WorkloadKind:
 # queue rules take as params.managedKinds.
 KUEUE = "KueueWorkloads"
 _KUEUE = frozenset({KUEUE})
+# what each group stands for (schema, docs)
+KIND_GROUPS: dict[str, str] = {KUEUE: "every kind Kueue has an integration for"}
 
 
 def _pod_template(*fields: str) -> TemplatePath:
