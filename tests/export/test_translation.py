@@ -87,10 +87,15 @@ def test_targets_are_the_engines_pod_templates(kind: str) -> None:
         obj["apiVersion"] = f"{api_of(kind)[0]}/v1"
         if kind == "CronJob":
             obj["spec"] = {"jobTemplate": {"spec": obj["spec"]}}
-        elif kind in ("TFJob", "MPIJob", "XGBoostJob", "PaddleJob"):
+        elif kind in ("TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob"):
             obj = wrap(gpu_pod(), "PyTorchJob")
             obj["kind"] = kind
-            field = {"TFJob": "tfReplicaSpecs", "MPIJob": "mpiReplicaSpecs", "XGBoostJob": "xgbReplicaSpecs"}
+            field = {
+                "TFJob": "tfReplicaSpecs",
+                "MPIJob": "mpiReplicaSpecs",
+                "XGBoostJob": "xgbReplicaSpecs",
+                "JAXJob": "jaxReplicaSpecs",
+            }
             obj["spec"] = {field.get(kind, "paddleReplicaSpecs"): obj["spec"]["pytorchReplicaSpecs"]}
         elif kind == "RayCluster":
             obj = wrap(gpu_pod(), "RayJob")

@@ -230,6 +230,20 @@ KINDS: tuple[WorkloadKind, ...] = (
     ),
     WorkloadKind("XGBoostJob", KUBEFLOW, ("v1",), "xgboostjobs", (_replicas("xgbReplicaSpecs"),), groups=_KUEUE),
     WorkloadKind("PaddleJob", KUBEFLOW, ("v1",), "paddlejobs", (_replicas("paddleReplicaSpecs"),), groups=_KUEUE),
+    # JAXJob: kubeflow/training-operator pkg/apis/kubeflow.org/v1/jax_types.go (kind JAXJob, plural
+    # jaxjobs, JAXJobSpec.JAXReplicaSpecs `jaxReplicaSpecs` map of replica type to ReplicaSpec, and a
+    # RunPolicy `runPolicy`). Kueue's integration `kubeflow.org/jaxjob` (kubernetes-sigs/kueue
+    # pkg/controller/jobs/kubeflow/jobs/jaxjob) suspends through RunPolicy().Suspend; v0.13's default
+    # integrations.frameworks lists it, v0.19's leaves it commented out, with the other Kubeflow v1 jobs.
+    WorkloadKind(
+        "JAXJob",
+        KUBEFLOW,
+        ("v1",),
+        "jaxjobs",
+        (_replicas("jaxReplicaSpecs"),),
+        suspend="spec.runPolicy.suspend",
+        groups=_KUEUE,
+    ),
     WorkloadKind(
         "RayJob",
         "ray.io",
