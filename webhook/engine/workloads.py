@@ -1,7 +1,9 @@
 """Where pod templates live in each workload kind, and what to call them in messages: the one table of kinds.
 
 A rule looks at Targets, found here: the object itself (object_target), or each pod template of
-a workload kind (pod_template_targets, what autogen extends a Pod rule to).
+a workload kind (pod_template_targets, what autogen extends a Pod rule to). Each row says where its
+templates are as declarative paths (templatepaths.py walks them); the doors read the table as
+KIND_TABLE.
 """
 
 from __future__ import annotations
