@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))  # the checkout's webhook package, wherever this i
 try:
     import yaml
 
-    from webhook.engine import AdmissionInput, evaluate, load_rules
+    from webhook.engine import KIND_TABLE, AdmissionInput, evaluate, load_rules
 except ImportError as error:  # a Python without the project's dependencies: say which one to use
     print(
         f"gen_rules.py: {error}. Run it with the project's environment:\n"
@@ -33,6 +33,13 @@ except ImportError as error:  # a Python without the project's dependencies: say
 RULES = ROOT / "rules"
 EXAMPLES = ROOT / "examples"
 OUTPUT = ROOT / "docs" / "rules.md"
+
+
+def _kinds_text(entry: Any) -> str:
+    """One match.kinds entry as the page says it: a kind, or a group with the kinds it stands for."""
+    if isinstance(entry, dict) and "kindGroup" in entry:
+        return f"the {entry['kindGroup']} group ({', '.join(KIND_TABLE.group(entry['kindGroup']))})"
+    return str(entry["kind"]) if isinstance(entry, dict) else str(entry)
 
 
 def _example(name: str) -> dict[str, Any]:
@@ -341,7 +348,8 @@ def render() -> str:
         match = spec["match"]
         out += [f"## {file.stem}", "", rule["metadata"]["annotations"]["gpu-webhook.io/description"], ""]
         out += [f"**Why.** {_header(text)}", ""]
-        kinds = ", ".join(match["kinds"]) + (" (and every pod template)" if "Pod" in match["kinds"] else "")
+        names = KIND_TABLE.kind_names(match["kinds"])
+        kinds = ", ".join(map(_kinds_text, match["kinds"])) + (" (and every pod template)" if "Pod" in names else "")
         does = spec.get("action", "Deny") if "validate" in spec else "Mutate"
         if "validate" in spec and "mutate" in spec:
             does = f"Mutate, then {does}"

@@ -11,8 +11,8 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from webhook.engine import KINDS
 from webhook.engine.resources import DEFAULT, Accelerators, Allocator
+from webhook.engine.workloads import KINDS
 from webhook.install.registration import requests_accelerators
 
 

@@ -17,8 +17,8 @@ from cel_expr_python import cel
 from tests.deploy.conftest import one
 from tests.support import cpu_pod, gpu_pod
 from webhook.audit.cluster import RESOURCES
-from webhook.engine import KINDS, WORKLOAD_KINDS, AdmissionInput, Phase, evaluate
-from webhook.engine.workloads import pod_spec_paths, pod_template_targets
+from webhook.engine import AdmissionInput, Phase, evaluate
+from webhook.engine.workloads import KINDS, WORKLOAD_KINDS, pod_spec_paths, pod_template_targets
 
 GPU_SPEC = gpu_pod()["spec"]
 CPU_SPEC = cpu_pod()["spec"]
@@ -58,7 +58,7 @@ def test_the_cluster_audit_lists_every_kind_of_the_table():
     assert {"XGBoostJob", "PaddleJob"} <= {r.kind for r in RESOURCES}
 
 
-FIXED_PATHS = [k for k in KINDS if k.find is not None and not any("<" in t for t in k.templates)]
+FIXED_PATHS = [k for k in KINDS if k.has_templates and not any("<" in t for t in k.templates)]
 
 
 @pytest.mark.parametrize("kind", FIXED_PATHS, ids=lambda k: k.kind)
@@ -158,7 +158,7 @@ def test_the_accelerator_match_condition_knows_every_kind_of_the_table(rendered)
             continue
         assert sends(build(kind, GPU_SPEC)), f"{kind.kind}: a GPU template is not seen by the matchCondition"
         assert not sends(build(kind, CPU_SPEC)), kind.kind
-    assert {k.kind for k in KINDS if k.find is not None and k.autogen} == WORKLOAD_KINDS
+    assert {k.kind for k in KINDS if k.has_templates and k.autogen} == WORKLOAD_KINDS
 
 
 def test_the_kustomize_base_is_the_registration_of_the_shipped_pack(pack):

@@ -32,7 +32,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support import REPO, RULES
 from tests.support.envtest import EnvTest, Response, free_port, log_tail, skip_reason, spawn, terminate
 from webhook.certs import CA_FILE, Bundle, generate_serving, load_ca, write_bundle
-from webhook.engine import KINDS, WorkloadKind
+from webhook.engine import WorkloadKind
+from webhook.engine.workloads import KINDS
 
 PROBE_NAMESPACE = "e2e-probe"
 # What clusters that run GPU workloads set: privileged containers allowed (the kubelet's and the

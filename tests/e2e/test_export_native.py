@@ -53,7 +53,8 @@ from tests.export.native_site import NO_ALLOCATORS, not_exceptable, overlay_text
 from tests.export.test_celenv import APISERVER_VERDICTS, ESCAPE_KEY, JP
 from tests.support import RULES
 from tests.support.envtest import ADMIN_GROUP, ADMIN_USER, EnvTest, Response, skip_reason
-from webhook.engine import KINDS, AdmissionInput, Decision, Limits, Phase, RuleSet, evaluate, load_rules
+from webhook.engine import AdmissionInput, Decision, Limits, Phase, RuleSet, evaluate, load_rules
+from webhook.engine.workloads import KINDS
 from webhook.export import CLAIMS_MODES, Release, export
 from webhook.export.merge import rules_of
 from webhook.export.versions import DEFAULT_VERSION

@@ -24,7 +24,7 @@ from tests.deploy.test_match_conditions import CPU_SPEC, GPU_SPEC, HALF_FILLED, 
 from tests.e2e.conftest import BUILT_IN_GROUPS, CLUSTER_FLAGS, E2E_IMAGE, gpu_pod, gpu_webhook, workload_crd
 from tests.e2e.test_export_native import valid
 from tests.support.envtest import SKIP_REASON, EnvTest, Response, assets_dir, free_port
-from webhook.engine import KINDS
+from webhook.engine.workloads import KINDS
 
 NAMESPACE = "e2e-match-conditions"
 API_VERSIONS = {kind.kind: f"{kind.group}/{kind.versions[0]}".lstrip("/") for kind in KINDS}

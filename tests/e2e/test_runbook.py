@@ -32,7 +32,7 @@ from tests.e2e.test_registration_sync import restored  # noqa: F401 (a fixture: 
 from tests.support import RULES
 from tests.support.envtest import EnvTest, Response
 from webhook.certs import CA_FILE
-from webhook.engine import KINDS
+from webhook.engine.workloads import KINDS
 from webhook.install.registration import CONFIGURATION_NAMES, MUTATING, VALIDATING
 
 NAMESPACE = "e2e-runbook"

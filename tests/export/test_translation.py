@@ -10,9 +10,9 @@ from tests.export.apiserver import Apiserver
 from tests.export.equivalence import compare, wrap
 from tests.export.native_site import not_exceptable
 from tests.support import gpu_pod, load_rule_text
-from webhook.engine import WORKLOADS, AdmissionInput, RuleSet, load_rules
+from webhook.engine import AdmissionInput, RuleSet, load_rules
 from webhook.engine.resources import DEFAULT
-from webhook.engine.workloads import pod_template_targets
+from webhook.engine.workloads import WORKLOADS, pod_template_targets
 from webhook.export import export
 from webhook.export.celenv import NativeEnvironment
 from webhook.export.cost import PER_CALL_LIMIT, POLICY_BUDGET, estimate
@@ -87,10 +87,15 @@ def test_targets_are_the_engines_pod_templates(kind: str) -> None:
         obj["apiVersion"] = f"{api_of(kind)[0]}/v1"
         if kind == "CronJob":
             obj["spec"] = {"jobTemplate": {"spec": obj["spec"]}}
-        elif kind in ("TFJob", "MPIJob", "XGBoostJob", "PaddleJob"):
+        elif kind in ("TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob"):
             obj = wrap(gpu_pod(), "PyTorchJob")
             obj["kind"] = kind
-            field = {"TFJob": "tfReplicaSpecs", "MPIJob": "mpiReplicaSpecs", "XGBoostJob": "xgbReplicaSpecs"}
+            field = {
+                "TFJob": "tfReplicaSpecs",
+                "MPIJob": "mpiReplicaSpecs",
+                "XGBoostJob": "xgbReplicaSpecs",
+                "JAXJob": "jaxReplicaSpecs",
+            }
             obj["spec"] = {field.get(kind, "paddleReplicaSpecs"): obj["spec"]["pytorchReplicaSpecs"]}
         elif kind == "RayCluster":
             obj = wrap(gpu_pod(), "RayJob")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.rules.rulekit import example, namespace, run
-from webhook.engine import UNMUTATED_KINDS
+from webhook.engine.workloads import UNMUTATED_KINDS
 
 # manifest -> (target description, path to the pod spec) for each template that requests GPUs
 GPU_TEMPLATES: dict[str, list[tuple[str, str]]] = {

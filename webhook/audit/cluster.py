@@ -21,7 +21,7 @@ from urllib.parse import quote
 import orjson
 from kubernetes import client as kube_client
 
-from webhook.engine import KINDS, WORKLOAD_KINDS
+from webhook.engine import KIND_TABLE
 from webhook.kube import rest
 from webhook.kube.caches import CONTEXT_RESOURCES, ClusterCaches  # noqa: F401 - the context's RBAC, for tests
 from webhook.kube.connect import ClusterError, connect  # noqa: F401 - re-exported for the audit command
@@ -40,7 +40,7 @@ class Resource:
 # Every kind the rules look at, from the one table of workload kinds (webhook/engine/workloads.py).
 # ResourceClaims and ResourceClaimTemplates are both: audited here (dra-claim-limits,
 # dra-device-classes-allowed) and the context a DRA pod is judged with (read_context).
-RESOURCES: tuple[Resource, ...] = tuple(Resource(k.group, k.versions, k.plural, k.kind) for k in KINDS)
+RESOURCES: tuple[Resource, ...] = tuple(Resource(k.group, k.versions, k.plural, k.kind) for k in KIND_TABLE)
 
 
 class Api:
@@ -127,7 +127,9 @@ def owned_by_workload(obj: Mapping[str, Any]) -> bool:
     """
     claim = obj.get("kind") == "ResourceClaim"
     for owner in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if owner.get("controller") and (owner.get("kind") in WORKLOAD_KINDS or (claim and owner.get("kind") == "Pod")):
+        if owner.get("controller") and (
+            owner.get("kind") in KIND_TABLE.autogen or (claim and owner.get("kind") == "Pod")
+        ):
             return True
     return False
 

@@ -27,7 +27,7 @@ import jsonpatch
 
 from webhook.engine import (
     API_VERSION,
-    BY_KIND,
+    KIND_TABLE,
     MUTATIONS,
     POLICY_KIND,
     TEST_KIND,
@@ -149,7 +149,7 @@ def _field_errors(document: Document) -> Iterator[LoadError]:
         return
     match = found if isinstance(found := spec.get("match"), Mapping) else {}
     kinds = listed if isinstance(listed := match.get("kinds"), list) else []
-    names = [str(k.get("kind")) if isinstance(k, Mapping) else str(k) for k in kinds]
+    names = KIND_TABLE.kind_names(kinds)
     texts = list(document_cel_texts(data))
     reads_kind = any(reads_object_kind(text) for _, text in texts)
     scope = scope_for(names, spec.get("autogen", True) is not False, reads_kind)
@@ -203,15 +203,15 @@ def _kind_errors(document: Document) -> Iterator[LoadError]:
     if not isinstance(kinds, list):
         return
     for index, kind in enumerate(kinds):
-        if not isinstance(kind, str) or kind == "*" or kind in BY_KIND:
+        if not isinstance(kind, str) or kind == "*" or kind in KIND_TABLE:
             continue
-        close = difflib.get_close_matches(kind, list(BY_KIND), n=1, cutoff=0.85)
+        close = difflib.get_close_matches(kind, [k.kind for k in KIND_TABLE], n=1, cutoff=0.85)
         hint = f"did you mean {close[0]}? Otherwise name" if close else "name"
         line, column = document.position(("spec", "match", "kinds", index))
         yield LoadError(
             SourceLocation(document.file, line, column),
             f"spec.match.kinds[{index}]: {kind} cannot be enforced: the webhook registration only sends the kinds "
-            f"gpu-webhook knows ({', '.join(sorted(BY_KIND))}); {hint} its API so that it is registered: "
+            f"gpu-webhook knows ({', '.join(sorted(KIND_TABLE.names))}); {hint} its API so that it is registered: "
             f"kinds: [{{kind: {kind}, group: <group, '' for core>, version: <v1>, resource: <plural>}}]",
             _name(document),
         )

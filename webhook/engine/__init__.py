@@ -84,7 +84,7 @@ from .schema import (
     TEST_KIND,
     TEST_SCHEMA,
 )
-from .workloads import BY_KIND, KINDS, UNMUTATED_KINDS, WORKLOAD_KINDS, WORKLOADS, WorkloadKind
+from .workloads import KIND_TABLE, WorkloadKind
 
 # evaluate, and what a door hands it: the admission (AdmissionInput.offline for doors without an
 # AdmissionRequest, .from_request for the server's), the cluster context beyond its namespace and
@@ -143,11 +143,7 @@ __all__ += [
 ]
 # the kind table: workload kinds, their API and pod templates (autogen, audit, export, registration)
 __all__ += [
-    "BY_KIND",
-    "KINDS",
-    "UNMUTATED_KINDS",
-    "WORKLOADS",
-    "WORKLOAD_KINDS",
+    "KIND_TABLE",
     "KindApi",
     "WorkloadKind",
 ]

@@ -40,6 +40,7 @@ from .schema import (
     dotted,
     selector_of,
 )
+from .workloads import KIND_TABLE
 
 RULE_SUFFIXES = (".yaml", ".yml")
 # what each kind of expression must give; DYN (unknown until run time) is accepted everywhere
@@ -329,6 +330,12 @@ def _explain(document: Document, error: Any, rule: str | None) -> Iterator[LoadE
                 yield from _explain(document, sub, rule)
     elif error.validator in ("minProperties", "maxProperties") and "mutate" in path:
         yield LoadError(where, f"{field_name}: each mutate entry names exactly one operation", rule)
+    elif error.validator == "oneOf" and path[:3] == ("spec", "match", "kinds"):
+        # a kind name, a {kindGroup: NAME} or a kind's API: explain the form the author wrote
+        branch = 0 if not isinstance(error.instance, Mapping) else 1 if "kindGroup" in error.instance else 2
+        for sub in error.context:
+            if sub.relative_schema_path and sub.relative_schema_path[0] == branch:
+                yield from _explain(document, sub, rule)
     elif error.validator == "oneOf":
         yield LoadError(where, f"{field_name}: give exactly one of `value` or `valueExpression`", rule)
     elif (
@@ -389,11 +396,12 @@ def _compile_rule(document: Document, env: CelEnvironment, errors: list[LoadErro
     namespaces = match_spec.get("namespaces") or {}
     operations = match_spec.get("operations") or ["CREATE", "UPDATE"]
     match = Match(
-        kinds=frozenset(k if isinstance(k, str) else k["kind"] for k in match_spec["kinds"]),
+        # a {kindGroup: NAME} entry stands for its kinds of the kind table
+        kinds=frozenset(KIND_TABLE.kind_names(match_spec["kinds"])),
         declared=tuple(
             KindApi(k["kind"], k["group"], k["version"], k["resource"])
             for k in match_spec["kinds"]
-            if not isinstance(k, str)
+            if isinstance(k, Mapping) and "kind" in k
         ),
         operations=frozenset(("CREATE", "UPDATE", "DELETE", "CONNECT") if "*" in operations else operations),
         namespaces_include=frozenset(namespaces["include"]) if "include" in namespaces else None,

@@ -24,7 +24,7 @@ from .cel import CompiledExpression
 from .patch import Patcher
 from .pointer import Path, get_path, is_map
 from .resources import Accelerators
-from .workloads import Target
+from .workloads import SUSPEND_FIELDS, Target
 
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -450,7 +450,7 @@ class Merge(_NoCel):
 class SetQueueName:
     """Kueue's queue label on the job object, only at CREATE (Kueue makes it immutable while running).
 
-    A job kind with a suspend field also gets it set to true (SUSPEND_FIELDS): Kueue's own webhook
+    A job kind with a suspend field (its row's `suspend` in the kind table) also gets it set to true: Kueue's own webhook
     may already have run and seen no label (it suspends only jobs with a queue), and an unsuspended
     job would start without admission.
     """
@@ -492,21 +492,6 @@ class SetQueueName:
         field = SUSPEND_FIELDS.get((group, str(root.get("kind"))))
         if field is not None and get_path(root, field) is not True:
             ctx.patcher.set((*ctx.target.root, *field), True)
-
-
-# Where each Kueue job framework keeps its suspend flag: what its GenericJob.Suspend() sets
-# (kubernetes-sigs/kueue pkg/controller/jobs/<framework>/*_controller.go). Deployments,
-# StatefulSets, LeaderWorkerSets and Pods have none: Kueue gates their pods instead.
-SUSPEND_FIELDS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("batch", "Job"): ("spec", "suspend"),
-    ("jobset.x-k8s.io", "JobSet"): ("spec", "suspend"),
-    ("ray.io", "RayJob"): ("spec", "suspend"),
-    ("ray.io", "RayCluster"): ("spec", "suspend"),
-    ("ray.io", "RayService"): ("spec", "rayClusterConfig", "suspend"),  # its Go field RayClusterSpec
-    ("kubeflow.org", "MPIJob"): ("spec", "runPolicy", "suspend"),
-    ("trainer.kubeflow.org", "TrainJob"): ("spec", "suspend"),
-    ("workload.codeflare.dev", "AppWrapper"): ("spec", "suspend"),
-}
 
 
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

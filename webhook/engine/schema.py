@@ -7,6 +7,7 @@ from typing import Any
 
 from .mutate import MUTATIONS
 from .policy import LabelSelector
+from .workloads import KIND_GROUPS, KIND_TABLE
 
 API_VERSION = "gpu-webhook.io/v1alpha1"
 POLICY_KIND = "GPUPolicy"
@@ -15,6 +16,8 @@ TEST_KIND = "GPUPolicyTest"
 OVERLAY_KIND = "GPUPolicyOverlay"
 EXCEPTION_KIND = "GPUPolicyException"
 OPERATIONS_ENUM = ["CREATE", "UPDATE", "DELETE", "CONNECT", "*"]
+# the kind groups a rule can name in match.kinds, with what each stands for
+GROUPS_SAID = "; ".join(f"{name}, {KIND_GROUPS[name]}" for name in KIND_TABLE.groups)
 
 # Size bounds. A GPUPolicyException is written by namespace users, and every list, string and map of
 # the policy kinds carries a bound, so that the apiserver refuses an oversized object against its CRD
@@ -159,11 +162,18 @@ POLICY_SCHEMA: dict[str, Any] = _document(
                         "minItems": 1,
                         "maxItems": RULE_ITEMS_MAX,
                         "description": "Kinds the rule targets: a name from the kind table (Pod, Job, JobSet, "
-                        "RayService, ...; '*' for all of them), or, for any other kind, its API as a mapping "
+                        "RayService, ...; '*' for all of them), a group of the table's kinds ({kindGroup: "
+                        f"NAME}}: {GROUPS_SAID}), or, for any other kind, its API as a mapping "
                         "so that the webhook registration can ask the apiserver to send it.",
                         "items": {
                             "oneOf": [
                                 {"type": "string", "minLength": 1, "maxLength": KIND_MAX},
+                                {
+                                    "type": "object",
+                                    "additionalProperties": False,
+                                    "required": ["kindGroup"],
+                                    "properties": {"kindGroup": {"enum": list(KIND_TABLE.groups)}},
+                                },
                                 {
                                     "type": "object",
                                     "additionalProperties": False,

@@ -1,64 +1,21 @@
 """Where pod templates live in each workload kind, and what to call them in messages: the one table of kinds.
 
 A rule looks at Targets, found here: the object itself (object_target), or each pod template of
-a workload kind (pod_template_targets, what autogen extends a Pod rule to).
+a workload kind (pod_template_targets, what autogen extends a Pod rule to). Each row says where its
+templates are as declarative paths (templatepaths.py walks them); the doors read the table as
+KIND_TABLE.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .pointer import Path, is_map
 from .pointer import get_path as get_path  # re-exported: the engine's one walker, imported from here too
-
-# finds (path to a pod template, description) pairs in one object
-TemplateFinder = Callable[[Mapping[str, Any], str], Iterator[tuple[Path, str]]]
-
-
-def _single(*path: str | int) -> TemplateFinder:
-    def find(obj: Mapping[str, Any], owner: str) -> Iterator[tuple[Path, str]]:
-        if isinstance(get_path(obj, path), Mapping):
-            yield path, f"pod template of {owner}"
-
-    return find
-
-
-def _replica_specs(field: str) -> TemplateFinder:
-    def find(obj: Mapping[str, Any], owner: str) -> Iterator[tuple[Path, str]]:
-        specs = get_path(obj, ("spec", field))
-        if isinstance(specs, Mapping):
-            for role, spec in specs.items():
-                if isinstance(spec, Mapping) and isinstance(spec.get("template"), Mapping):
-                    yield ("spec", field, role, "template"), f"replica {role} of {owner}"
-
-    return find
-
-
-def _jobset(obj: Mapping[str, Any], owner: str) -> Iterator[tuple[Path, str]]:
-    jobs = get_path(obj, ("spec", "replicatedJobs"))
-    for index, job in enumerate(jobs if isinstance(jobs, list) else []):
-        path: Path = ("spec", "replicatedJobs", index, "template", "spec", "template")
-        if isinstance(get_path(obj, path), Mapping):
-            name = job.get("name", index) if isinstance(job, Mapping) else index
-            yield path, f"replicated job {name} of {owner}"
-
-
-def _ray(prefix: Path) -> TemplateFinder:
-    def find(obj: Mapping[str, Any], owner: str) -> Iterator[tuple[Path, str]]:
-        head: Path = (*prefix, "headGroupSpec", "template")
-        if isinstance(get_path(obj, head), Mapping):
-            yield head, f"head group of {owner}"
-        groups = get_path(obj, (*prefix, "workerGroupSpecs"))
-        for index, group in enumerate(groups if isinstance(groups, list) else []):
-            path: Path = (*prefix, "workerGroupSpecs", index, "template")
-            if isinstance(get_path(obj, path), Mapping):
-                name = group.get("groupName", index) if isinstance(group, Mapping) else index
-                yield path, f"worker group {name} of {owner}"
-
-    return find
+from .templatepaths import TemplatePath
 
 
 def _app_wrapper(obj: Mapping[str, Any], owner: str) -> Iterator[tuple[Path, str]]:
@@ -116,9 +73,9 @@ def _inferred_pod_sets(component: Any) -> list[Path]:
     if kind == "Pod":
         return [("template",)] if is_map(template.get("spec")) else []
     entry = TEMPLATED.get(kind)
-    if entry is None or entry.find is None:
+    if entry is None:
         return []
-    found = [path for path, _ in entry.find(template, kind)]
+    found = [path for path, _ in entry.find_templates(template, kind)]
     if kind == "PyTorchJob":  # AppWrapper infers these two replica types only
         found = [path for path in found if path[2] in _PYTORCH_INFERRED_ROLES]
     return [("template", *path) for path in found]
@@ -141,24 +98,23 @@ def _dotted_path(text: object) -> Path | None:
     return tuple(out)
 
 
-def _leader_worker_set(obj: Mapping[str, Any], owner: str) -> Iterator[tuple[Path, str]]:
-    for field, role in (("leaderTemplate", "leader"), ("workerTemplate", "worker")):
-        path: Path = ("spec", "leaderWorkerTemplate", field)
-        if isinstance(get_path(obj, path), Mapping):
-            yield path, f"{role} template of {owner}"
-
-
 @dataclass(frozen=True, slots=True)
 class WorkloadKind:
-    """One kind a rule can target: THE table that autogen, the cluster audit's list of resources, the
-    export's resourceRules and the webhook registration (rules:, matchConditions) derive from."""
+    """One row of THE kind table: autogen, the cluster audit's list of resources, the export's CEL and
+    resourceRules, the webhook registration (rules:, matchConditions), Kueue's suspend field and the
+    rules' kind groups all derive from it. Adding a kind is one row (plus its tests)."""
 
     kind: str
     group: str  # "" for the core API
     versions: tuple[str, ...]  # served versions, newest first (the cluster audit lists the first served)
     plural: str  # the resource name in webhook rules and API paths
-    templates: tuple[str, ...]  # where the pod specs live ("" entries: none known), for docs and matchConditions
-    find: TemplateFinder | None  # None: no pod templates (a Pod's spec is its own; DRA claims; TrainJob)
+    # where its pod templates live (none: a Pod's spec is its own; DRA claims; TrainJob)
+    pod_templates: tuple[TemplatePath, ...] = ()
+    # the field Kueue's GenericJob.Suspend() sets (kubernetes-sigs/kueue pkg/controller/jobs/<framework>),
+    # that setQueueName sets to true; None: Kueue gates the kind's pods instead, or none is known
+    suspend: str | None = None
+    # the kind groups a rule can name in match.kinds ({kindGroup: NAME}) instead of listing kinds
+    groups: frozenset[str] = frozenset()
     # False: the webhook never mutates it (the engine skips its mutations, the registration does not send it)
     mutated: bool = True
     # False: Pod rules do not extend to its templates; rules that name the kind still see its pod specs
@@ -170,6 +126,58 @@ class WorkloadKind:
     @property
     def api_versions(self) -> tuple[str, ...]:
         return tuple(f"{self.group}/{v}" if self.group else v for v in self.versions)
+
+    @property
+    def templates(self) -> tuple[str, ...]:
+        """The template paths as the table spells them (docs, matchConditions)."""
+        return tuple(t.path for t in self.pod_templates)
+
+    @property
+    def has_templates(self) -> bool:
+        return bool(self.pod_templates)
+
+    @property
+    def declarative(self) -> bool:
+        """Whether fixed paths reach every pod template (not AppWrapper's, named by data)."""
+        return all(t.find is None for t in self.pod_templates)
+
+    @property
+    def multi_template(self) -> bool:
+        """Whether one object can hold more than one pod template."""
+        return len(self.pod_templates) > 1 or any(t.find is not None or t.split()[1] for t in self.pod_templates)
+
+    @property
+    def suspend_path(self) -> tuple[str, ...] | None:
+        return None if self.suspend is None else tuple(self.suspend.split("."))
+
+    def find_templates(self, obj: Mapping[str, Any], owner: str) -> Iterator[tuple[Path, str]]:
+        """Each (path, description) of the object's pod templates, in the table's order."""
+        for template in self.pod_templates:
+            yield from template.walk(obj, owner)
+
+
+# Kinds Kueue has an integration for (kubernetes-sigs/kueue pkg/controller/jobs, each framework's
+# RegisterIntegration): which of them a cluster's Kueue manages is its integrations.frameworks, that the
+# queue rules take as params.managedKinds.
+KUEUE = "KueueWorkloads"
+_KUEUE = frozenset({KUEUE})
+# what each group stands for (schema, docs)
+KIND_GROUPS: dict[str, str] = {KUEUE: "every kind Kueue has an integration for"}
+
+
+def _pod_template(*fields: str) -> TemplatePath:
+    return TemplatePath(".".join(fields), "pod template of {owner}")
+
+
+def _replicas(field: str) -> TemplatePath:
+    return TemplatePath(f"spec.{field}.*.template", "replica {each} of {owner}")
+
+
+def _ray(prefix: str) -> tuple[TemplatePath, ...]:
+    return (
+        TemplatePath(f"{prefix}.headGroupSpec.template", "head group of {owner}"),
+        TemplatePath(f"{prefix}.workerGroupSpecs[*].template", "worker group {each} of {owner}", "groupName"),
+    )
 
 
 KUBEFLOW = "kubeflow.org"
@@ -186,92 +194,78 @@ KUBEFLOW = "kubeflow.org"
 # pkg/apis/trainer/v1alpha1); ResourceClaim and ResourceClaimTemplate resource.k8s.io/v1 (DRA, GA in
 # Kubernetes 1.34). Kueue manages RayService, AppWrapper and TrainJob by default (kubernetes-sigs/kueue
 # config/components/manager/controller_manager_config.yaml), so the queue rules must see them.
+# Suspend fields as each Kueue framework's Suspend() sets them. PyTorchJob, TFJob, XGBoostJob and
+# PaddleJob suspend through runPolicy.suspend in Kueue too (kubeflowjob's RunPolicy()) but carry no
+# field here: setQueueName has never written one for them.
 KINDS: tuple[WorkloadKind, ...] = (
-    WorkloadKind("Pod", "", ("v1",), "pods", ("spec",), None),
-    WorkloadKind("Deployment", "apps", ("v1",), "deployments", ("spec.template",), _single("spec", "template")),
-    WorkloadKind("StatefulSet", "apps", ("v1",), "statefulsets", ("spec.template",), _single("spec", "template")),
-    WorkloadKind("DaemonSet", "apps", ("v1",), "daemonsets", ("spec.template",), _single("spec", "template")),
+    WorkloadKind("Pod", "", ("v1",), "pods", groups=_KUEUE),
+    WorkloadKind("Deployment", "apps", ("v1",), "deployments", (_pod_template("spec", "template"),), groups=_KUEUE),
+    WorkloadKind("StatefulSet", "apps", ("v1",), "statefulsets", (_pod_template("spec", "template"),), groups=_KUEUE),
+    WorkloadKind("DaemonSet", "apps", ("v1",), "daemonsets", (_pod_template("spec", "template"),)),
     # Never mutated: a Deployment's controller replaces a ReplicaSet whose template differs from its
     # Deployment's, forever (the Deployment's own template is mutated; a bare ReplicaSet's pods are
     # mutated as pods). Validated like any workload.
+    WorkloadKind("ReplicaSet", "apps", ("v1",), "replicasets", (_pod_template("spec", "template"),), mutated=False),
     WorkloadKind(
-        "ReplicaSet", "apps", ("v1",), "replicasets", ("spec.template",), _single("spec", "template"), mutated=False
+        "Job", "batch", ("v1",), "jobs", (_pod_template("spec", "template"),), suspend="spec.suspend", groups=_KUEUE
     ),
-    WorkloadKind("Job", "batch", ("v1",), "jobs", ("spec.template",), _single("spec", "template")),
-    WorkloadKind(
-        "CronJob",
-        "batch",
-        ("v1",),
-        "cronjobs",
-        ("spec.jobTemplate.spec.template",),
-        _single("spec", "jobTemplate", "spec", "template"),
-    ),
+    WorkloadKind("CronJob", "batch", ("v1",), "cronjobs", (_pod_template("spec", "jobTemplate", "spec", "template"),)),
     WorkloadKind(
         "JobSet",
         "jobset.x-k8s.io",
         ("v1alpha2",),
         "jobsets",
-        ("spec.replicatedJobs[*].template.spec.template",),
-        _jobset,
+        (TemplatePath("spec.replicatedJobs[*].template.spec.template", "replicated job {each} of {owner}", "name"),),
+        suspend="spec.suspend",
+        groups=_KUEUE,
     ),
-    WorkloadKind(
-        "PyTorchJob",
-        KUBEFLOW,
-        ("v1",),
-        "pytorchjobs",
-        ("spec.pytorchReplicaSpecs.*.template",),
-        _replica_specs("pytorchReplicaSpecs"),
-    ),
-    WorkloadKind(
-        "TFJob", KUBEFLOW, ("v1",), "tfjobs", ("spec.tfReplicaSpecs.*.template",), _replica_specs("tfReplicaSpecs")
-    ),
+    WorkloadKind("PyTorchJob", KUBEFLOW, ("v1",), "pytorchjobs", (_replicas("pytorchReplicaSpecs"),), groups=_KUEUE),
+    WorkloadKind("TFJob", KUBEFLOW, ("v1",), "tfjobs", (_replicas("tfReplicaSpecs"),), groups=_KUEUE),
     WorkloadKind(
         "MPIJob",
         KUBEFLOW,
         ("v2beta1", "v1"),
         "mpijobs",
-        ("spec.mpiReplicaSpecs.*.template",),
-        _replica_specs("mpiReplicaSpecs"),
+        (_replicas("mpiReplicaSpecs"),),
+        suspend="spec.runPolicy.suspend",
+        groups=_KUEUE,
     ),
+    WorkloadKind("XGBoostJob", KUBEFLOW, ("v1",), "xgboostjobs", (_replicas("xgbReplicaSpecs"),), groups=_KUEUE),
+    WorkloadKind("PaddleJob", KUBEFLOW, ("v1",), "paddlejobs", (_replicas("paddleReplicaSpecs"),), groups=_KUEUE),
+    # JAXJob: kubeflow/training-operator pkg/apis/kubeflow.org/v1/jax_types.go (kind JAXJob, plural
+    # jaxjobs, JAXJobSpec.JAXReplicaSpecs `jaxReplicaSpecs` map of replica type to ReplicaSpec, and a
+    # RunPolicy `runPolicy`). Kueue's integration `kubeflow.org/jaxjob` (kubernetes-sigs/kueue
+    # pkg/controller/jobs/kubeflow/jobs/jaxjob) suspends through RunPolicy().Suspend; v0.13's default
+    # integrations.frameworks lists it, v0.19's leaves it commented out, with the other Kubeflow v1 jobs.
     WorkloadKind(
-        "XGBoostJob",
+        "JAXJob",
         KUBEFLOW,
         ("v1",),
-        "xgboostjobs",
-        ("spec.xgbReplicaSpecs.*.template",),
-        _replica_specs("xgbReplicaSpecs"),
-    ),
-    WorkloadKind(
-        "PaddleJob",
-        KUBEFLOW,
-        ("v1",),
-        "paddlejobs",
-        ("spec.paddleReplicaSpecs.*.template",),
-        _replica_specs("paddleReplicaSpecs"),
+        "jaxjobs",
+        (_replicas("jaxReplicaSpecs"),),
+        suspend="spec.runPolicy.suspend",
+        groups=_KUEUE,
     ),
     WorkloadKind(
         "RayJob",
         "ray.io",
         ("v1", "v1alpha1"),
         "rayjobs",
-        ("spec.rayClusterSpec.headGroupSpec.template", "spec.rayClusterSpec.workerGroupSpecs[*].template"),
-        _ray(("spec", "rayClusterSpec")),
+        _ray("spec.rayClusterSpec"),
+        suspend="spec.suspend",
+        groups=_KUEUE,
     ),
     WorkloadKind(
-        "RayCluster",
-        "ray.io",
-        ("v1", "v1alpha1"),
-        "rayclusters",
-        ("spec.headGroupSpec.template", "spec.workerGroupSpecs[*].template"),
-        _ray(("spec",)),
+        "RayCluster", "ray.io", ("v1", "v1alpha1"), "rayclusters", _ray("spec"), suspend="spec.suspend", groups=_KUEUE
     ),
     WorkloadKind(
         "RayService",
         "ray.io",
         ("v1",),
         "rayservices",
-        ("spec.rayClusterConfig.headGroupSpec.template", "spec.rayClusterConfig.workerGroupSpecs[*].template"),
-        _ray(("spec", "rayClusterConfig")),
+        _ray("spec.rayClusterConfig"),
+        suspend="spec.rayClusterConfig.suspend",  # its Go field RayClusterSpec
+        groups=_KUEUE,
         # its RayCluster passes admission as a RayCluster when the KubeRay operator creates it
         autogen=False,
     ),
@@ -280,31 +274,94 @@ KINDS: tuple[WorkloadKind, ...] = (
         "workload.codeflare.dev",
         ("v1beta2",),
         "appwrappers",
-        ("spec.components[*].<podSets[*].path>",),
-        _app_wrapper,
+        # the one special step: each AppWrapper names its pod templates' paths in its own data, or
+        # AppWrapper infers them (_app_wrapper writes the messages: "pod set N of component I of ...")
+        (TemplatePath("spec.components[*].<podSets[*].path>", "pod set of {owner}", find=_app_wrapper),),
+        suspend="spec.suspend",
+        groups=_KUEUE,
         # the wrapped Jobs, JobSets, Deployments... pass admission as themselves when the AppWrapper
         # controller creates them, and no fixed path reaches its templates (registration, export)
         autogen=False,
     ),
-    WorkloadKind("TrainJob", "trainer.kubeflow.org", ("v1alpha1",), "trainjobs", (), None, pods_elsewhere=True),
-    WorkloadKind("ResourceClaim", "resource.k8s.io", ("v1",), "resourceclaims", (), None),
-    WorkloadKind("ResourceClaimTemplate", "resource.k8s.io", ("v1",), "resourceclaimtemplates", (), None),
+    WorkloadKind(
+        "TrainJob",
+        "trainer.kubeflow.org",
+        ("v1alpha1",),
+        "trainjobs",
+        suspend="spec.suspend",
+        groups=_KUEUE,
+        pods_elsewhere=True,
+    ),
+    WorkloadKind("ResourceClaim", "resource.k8s.io", ("v1",), "resourceclaims"),
+    WorkloadKind("ResourceClaimTemplate", "resource.k8s.io", ("v1",), "resourceclaimtemplates"),
     WorkloadKind(
         "LeaderWorkerSet",
         "leaderworkerset.x-k8s.io",
         ("v1",),
         "leaderworkersets",
-        ("spec.leaderWorkerTemplate.leaderTemplate", "spec.leaderWorkerTemplate.workerTemplate"),
-        _leader_worker_set,
+        (
+            TemplatePath("spec.leaderWorkerTemplate.leaderTemplate", "leader template of {owner}"),
+            TemplatePath("spec.leaderWorkerTemplate.workerTemplate", "worker template of {owner}"),
+        ),
+        groups=_KUEUE,
     ),
 )
+
+
+class KindTable:
+    """The rows of KINDS, looked up by kind name or by group."""
+
+    def __init__(self, rows: tuple[WorkloadKind, ...]) -> None:
+        self.rows = rows
+        self._by_kind = {row.kind: row for row in rows}
+        self.names: frozenset[str] = frozenset(self._by_kind)
+        # what autogen extends a Pod rule to
+        self.autogen: frozenset[str] = frozenset(r.kind for r in rows if r.has_templates and r.autogen)
+        self.unmutated: frozenset[str] = frozenset(r.kind for r in rows if not r.mutated)
+        self.groups: tuple[str, ...] = tuple(sorted({g for r in rows for g in r.groups}))
+
+    def __iter__(self) -> Iterator[WorkloadKind]:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __contains__(self, kind: object) -> bool:
+        return kind in self._by_kind
+
+    def by_kind(self, kind: str) -> WorkloadKind | None:
+        return self._by_kind.get(kind)
+
+    def group(self, name: str) -> tuple[str, ...]:
+        """The kinds of one group, in the table's order (empty for an unknown group)."""
+        return tuple(r.kind for r in self.rows if name in r.groups)
+
+    def kind_names(self, entries: Iterable[object]) -> list[str]:
+        """The kind names of match.kinds entries: a name, an API mapping ({kind, group, ...}), or a
+        group ({kindGroup: NAME}) standing for its kinds."""
+        names: list[str] = []
+        for entry in entries:
+            if isinstance(entry, Mapping) and "kindGroup" in entry:
+                names.extend(self.group(str(entry["kindGroup"])))
+            elif isinstance(entry, Mapping):
+                names.append(str(entry.get("kind")))
+            else:
+                names.append(str(entry))
+        return names
+
+
+KIND_TABLE = KindTable(KINDS)
 BY_KIND: dict[str, WorkloadKind] = {k.kind: k for k in KINDS}
 # kinds with pod templates
-TEMPLATED: dict[str, WorkloadKind] = {k.kind: k for k in KINDS if k.find is not None}
+TEMPLATED: dict[str, WorkloadKind] = {k.kind: k for k in KINDS if k.has_templates}
 # what autogen extends a Pod rule to
 WORKLOADS: dict[str, WorkloadKind] = {k.kind: k for k in TEMPLATED.values() if k.autogen}
-WORKLOAD_KINDS: frozenset[str] = frozenset(WORKLOADS)
-UNMUTATED_KINDS: frozenset[str] = frozenset(k.kind for k in KINDS if not k.mutated)
+WORKLOAD_KINDS: frozenset[str] = KIND_TABLE.autogen
+UNMUTATED_KINDS: frozenset[str] = KIND_TABLE.unmutated
+# (API group, kind) -> the path of its Kueue suspend field
+SUSPEND_FIELDS: dict[tuple[str, str], tuple[str, ...]] = {
+    (k.group, k.kind): k.suspend_path for k in KINDS if k.suspend_path is not None
+}
 
 
 def pods_elsewhere(obj: Mapping[str, Any]) -> bool:
@@ -353,12 +410,12 @@ class Target:
 def pod_template_targets(obj: Mapping[str, Any]) -> list[Target]:
     """One target per pod template of a known workload kind (empty for anything else)."""
     entry = TEMPLATED.get(str(obj.get("kind")))
-    if entry is None or entry.find is None or api_group(obj) != entry.group:
+    if entry is None or api_group(obj) != entry.group:
         return []
     owner = owner_name(obj)
     return [
         Target(description=desc, root=path, pod_specs=((*path, "spec"),), is_pod=False)
-        for path, desc in entry.find(obj, owner)
+        for path, desc in entry.find_templates(obj, owner)
     ]
 
 

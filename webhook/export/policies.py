@@ -20,13 +20,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.engine import UNMUTATED_KINDS, WORKLOADS, Accelerators, CompiledExpression, LabelSelector, Rule
+from webhook.engine import KIND_TABLE, Accelerators, CompiledExpression, LabelSelector, Rule
 
 from .celenv import BOOL, LIST_OF_JSONPATCH, STRING, CompileError, NativeEnvironment
 from .cost import PER_CALL_LIMIT, POLICY_BUDGET, estimate
 from .mutations import json_patch, needs_pod_spec_paths, patches, select
 from .nativecel import LOOP, NotNative, Translator, _replace_identifier, native_literal, references, string_literal
-from .targets import MULTI_TEMPLATE, KindTarget, api_of, follows_templates, targets_expression
+from .targets import KindTarget, api_of, follows_templates, multi_template, targets_expression
 from .versions import GROUP, Release
 
 LABELS = {"app.kubernetes.io/managed-by": "gpu-webhook"}
@@ -276,7 +276,7 @@ def expand_kinds(rule: Rule) -> list[KindTarget]:
         group, plural = api_of(kind, rule.match.declared)
         out.append(KindTarget(kind, group, plural, templates=False))
     if "Pod" in kinds and rule.autogen:
-        for kind in sorted(set(WORKLOADS) - set(kinds)):
+        for kind in sorted(KIND_TABLE.autogen - set(kinds)):
             group, plural = api_of(kind)
             out.append(KindTarget(kind, group, plural, templates=True))
     return out
@@ -428,9 +428,9 @@ class RuleExporter:
         metadata: dict[str, Any] = {"name": name, "labels": {**LABELS, RULE_LABEL: rule.name}}
         if rule.description:
             metadata["annotations"] = {"gpu-webhook.io/description": rule.description}
-        # the engine never mutates some kinds (workloads.UNMUTATED_KINDS: a ReplicaSet's controller would
+        # the engine never mutates some kinds (KIND_TABLE.unmutated: a ReplicaSet's controller would
         # replace it forever); their objects do not reach the MutatingAdmissionPolicy either
-        mutated = [k for k in kinds if k.kind not in UNMUTATED_KINDS]
+        mutated = [k for k in kinds if k.kind not in KIND_TABLE.unmutated]
         if rule.mutations and mutated:
             map_constraints = constraints if mutated == kinds else match_constraints(rule, mutated, operations)
             native.mutating = self._mutating(rule, mutated, match, map_constraints, metadata, gated)
@@ -504,7 +504,7 @@ class RuleExporter:
         if gated:  # the gate compares each target's own part: its root, or the specs of an object target
             fields.add("specs")
             with_paths = True
-        if "containers" in fields and any(not k.templates and k.kind in MULTI_TEMPLATE for k in kinds):
+        if "containers" in fields and any(not k.templates and multi_template(k.kind) for k in kinds):
             raise NotNative(
                 "reads `containers` of a whole multi-template object (a kind named in match.kinds: one target for all "
                 "its templates), a list the apiserver's CEL cannot flatten; the webhook keeps the rule, or leave those "

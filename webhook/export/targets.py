@@ -3,9 +3,10 @@
 The engine evaluates a rule once per target (engine/workloads.py: the Pod itself, or each pod
 template of a workload). A policy sees the whole object, so it loops over the same targets:
 this module writes, per kind, a CEL expression whose value is the list of targets, each a map
-{description, specs[, root, path]} with the same descriptions the engine puts in messages.
-tests/export/test_targets.py checks it against `pod_template_targets` for every kind of
-WORKLOADS, so the two tables cannot drift apart unnoticed.
+{description, specs[, root, path]} with the same descriptions the engine puts in messages. The
+expression is generated from the kind table's template paths (WorkloadKind.pod_templates), the
+same the engine walks; tests/export/test_translation.py checks the two against each other for
+every autogen kind.
 
 Lists are walked with `indexOf` (the Kubernetes lists library) where a JSON Pointer needs an
 index: exact for JobSet jobs and Ray worker groups, whose names their operators require unique.
@@ -13,9 +14,11 @@ index: exact for JobSet jobs and Ray worker groups, whose names their operators 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import Any
 
-from webhook.engine import BY_KIND, KindApi
+from webhook.engine import KIND_TABLE, KindApi
 
 from .nativecel import NotNative, Translator, string_literal
 
@@ -41,7 +44,7 @@ SPEC_FIELDS = frozenset({"specs", "spec", "containers", "gpus", "wholeGpus", "cl
 def api_of(kind: str, declared: tuple[KindApi, ...] = ()) -> tuple[str, str]:
     """(API group, plural resource) of a kind: from the engine's kind table, else from the rule's
     own declaration of it in match.kinds; NotNative otherwise."""
-    entry = BY_KIND.get(kind)
+    entry = KIND_TABLE.by_kind(kind)
     if entry is not None:
         return entry.group, entry.plural
     for api in declared:
@@ -53,22 +56,22 @@ def api_of(kind: str, declared: tuple[KindApi, ...] = ()) -> tuple[str, str]:
     )
 
 
-# the kinds whose pod templates template_targets follows
-FOLLOWED = frozenset(
-    {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "JobSet", "RayJob", "RayCluster"}
-    | {"RayService", "LeaderWorkerSet", "PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob"}
-)
-
-
 def follows_templates(kind: str) -> bool:
     """Whether a policy can reach every pod spec of the kind's objects (none to reach counts)."""
-    return kind in FOLLOWED or not has_templates(kind)
+    entry = KIND_TABLE.by_kind(kind)
+    return entry is None or entry.declarative
 
 
 def has_templates(kind: str) -> bool:
     """Whether objects of the kind hold pod templates (a Pod's own spec is no template)."""
-    entry = BY_KIND.get(kind)
-    return entry is not None and entry.find is not None
+    entry = KIND_TABLE.by_kind(kind)
+    return entry is not None and entry.has_templates
+
+
+def multi_template(kind: str) -> bool:
+    """Whether one object of the kind can hold more than one pod template."""
+    entry = KIND_TABLE.by_kind(kind)
+    return entry is not None and entry.multi_template
 
 
 def _entry(root: str, path: str, description: str, with_paths: bool) -> str:
@@ -92,98 +95,73 @@ def _owner(kind: str) -> str:
 
 
 def template_targets(kind: str, with_paths: bool, pointers: bool = True) -> str:
-    """The pod templates of one workload kind, as workloads.py finds them.
+    """The pod templates of one workload kind, as the engine finds them, from the table's paths.
 
     `pointers` False: each target's `path` is a key that names it, not a JSON Pointer (map keys
     unescaped): a ValidatingAdmissionPolicy has no `jsonpatch.escapeKey` (the JSONPatch library is
     the MutatingAdmissionPolicy's alone; v1.36.2 refuses the policy: "undeclared reference")."""
-    owner = _owner(kind)
-    if kind in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob"):
-        parts: tuple[str, ...] = (
-            ("spec", "jobTemplate", "spec", "template") if kind == "CronJob" else ("spec", "template")
-        )
-        root = "object." + ".".join(parts)
-        path = string_literal("/" + "/".join(parts))
-        entry = _entry(root, path, f"'pod template of ' + {owner}", with_paths)
-        return f"({_guard(parts)} ? [{entry}] : [])"
-    if kind in ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob"):
-        field = {
-            "PyTorchJob": "pytorchReplicaSpecs",
-            "TFJob": "tfReplicaSpecs",
-            "MPIJob": "mpiReplicaSpecs",
-            "XGBoostJob": "xgbReplicaSpecs",
-            "PaddleJob": "paddleReplicaSpecs",
-        }[kind]
-        specs = f"object.spec.{field}"
-        root = f"{specs}[gwK].template"
-        key = "jsonpatch.escapeKey(gwK)" if pointers else "gwK"
-        path = f"'/spec/{field}/' + {key} + '/template'"
-        entry = _entry(root, path, f"'replica ' + gwK + ' of ' + {owner}", with_paths)
-        return f"({_guard(('spec', field))} ? {specs}.filter(gwK, has({root})).map(gwK, {entry}) : [])"
-    if kind == "JobSet":
-        jobs = "object.spec.replicatedJobs"
-        index = f"string({jobs}.indexOf(gwJ))"
-        root = "gwJ.template.spec.template"
-        name = f"(has(gwJ.name) ? string(gwJ.name) : {index})"
-        entry = _entry(
-            root,
-            f"'/spec/replicatedJobs/' + {index} + '/template/spec/template'",
-            f"'replicated job ' + {name} + ' of ' + {owner}",
-            with_paths,
-        )
-        guard = _guard(("template", "spec", "template"), "gwJ")
-        return f"({_guard(('spec', 'replicatedJobs'))} ? {jobs}.filter(gwJ, {guard}).map(gwJ, {entry}) : [])"
-    if kind in ("RayJob", "RayCluster", "RayService"):
-        prefix = {
-            "RayJob": ("spec", "rayClusterSpec"),
-            "RayCluster": ("spec",),
-            "RayService": ("spec", "rayClusterConfig"),
-        }[kind]
-        base = "object." + ".".join(prefix)
-        pointer = "/" + "/".join(prefix)
-        head_parts = (*prefix, "headGroupSpec", "template")
-        head = _entry(
-            "object." + ".".join(head_parts),
-            string_literal("/" + "/".join(head_parts)),
-            f"'head group of ' + {owner}",
-            with_paths,
-        )
-        groups = f"{base}.workerGroupSpecs"
-        index = f"string({groups}.indexOf(gwW))"
-        worker = _entry(
-            "gwW.template",
-            f"{string_literal(pointer + '/workerGroupSpecs/')} + {index} + '/template'",
-            f"'worker group ' + (has(gwW.groupName) ? string(gwW.groupName) : {index}) + ' of ' + {owner}",
-            with_paths,
-        )
-        return (
-            f"(({_guard(head_parts)}) ? [{head}] : []) + "
-            f"(({_guard((*prefix, 'workerGroupSpecs'))}) ? {groups}.filter(gwW, has(gwW.template)).map(gwW, {worker}) "
-            f": [])"
-        )
-    if kind == "LeaderWorkerSet":
-        out = []
-        for field, role in (("leaderTemplate", "leader"), ("workerTemplate", "worker")):
-            parts = ("spec", "leaderWorkerTemplate", field)
-            entry = _entry(
-                "object." + ".".join(parts),
-                string_literal("/" + "/".join(parts)),
-                f"'{role} template of ' + {owner}",
-                with_paths,
-            )
-            out.append(f"({_guard(parts)} ? [{entry}] : [])")
-        return "(" + " + ".join(out) + ")"
-    if kind == "AppWrapper":
+    entry = KIND_TABLE.by_kind(kind)
+    if entry is not None and not entry.declarative:
         raise NotNative(
             "reads the pod specs of AppWrappers, whose pod templates sit at paths each AppWrapper names itself "
             "(spec.components[].podSets[].path), which a policy's CEL cannot follow; the webhook keeps the rule, "
             "or take AppWrapper out of match.kinds (the Jobs, JobSets, ... it wraps are admitted as themselves) "
             "to export the rest"
         )
-    raise NotNative(
-        f"reads the pod specs of {kind}, whose pod templates export cannot reach from a policy; the webhook keeps "
-        f"the rule, or take {kind} out of match.kinds to export the rest"
-    )
+    if entry is None or not entry.has_templates:
+        raise NotNative(
+            f"reads the pod specs of {kind}, whose pod templates export cannot reach from a policy; the webhook "
+            f"keeps the rule, or take {kind} out of match.kinds to export the rest"
+        )
+    owner = _owner(kind)
+    terms = [_path_targets(template, owner, with_paths, pointers) for template in entry.pod_templates]
+    return terms[0] if len(terms) == 1 else "(" + " + ".join(terms) + ")"
+
+
+def _path_targets(template: Any, owner: str, with_paths: bool, pointers: bool) -> str:
+    """CEL: the targets at one template path (TemplatePath): a list of zero or one for a fixed path,
+    else one per list item (`gwJ`) or map key (`gwK`) of its each step that holds a template."""
+    prefix, each, rest = template.split()
+    if each is None:
+        root = "object." + ".".join(prefix)
+        entry = _entry(root, string_literal(_pointer(prefix)), _label(template.label, owner), with_paths)
+        return f"({_guard(prefix)} ? [{entry}] : [])"
+    container = "object." + ".".join(prefix)
+    if each == "[*]":
+        variable = item = "gwJ"
+        index = f"string({container}.indexOf(gwJ))"
+        field = template.name_field
+        name = f"(has(gwJ.{field}) ? string(gwJ.{field}) : {index})" if field else index
+        step = index
+    else:
+        variable, item, name = "gwK", f"{container}[gwK]", "gwK"
+        step = "jsonpatch.escapeKey(gwK)" if pointers else "gwK"
+    root = ".".join((item, *rest))
+    path = f"{string_literal(_pointer(prefix) + '/')} + {step}"
+    if rest:
+        path += f" + {string_literal(_pointer(rest))}"
+    entry = _entry(root, path, _label(template.label, owner, name), with_paths)
+    keep = _guard(rest, item) or "true"
+    return f"({_guard(prefix)} ? {container}.filter({variable}, {keep}).map({variable}, {entry}) : [])"
+
+
+def _pointer(fields: tuple[str, ...]) -> str:
+    return "".join("/" + field.replace("~", "~0").replace("/", "~1") for field in fields)
+
+
+def _label(label: str, owner: str, each: str | None = None) -> str:
+    """CEL: a template's description, the table's label with its {owner} and {each} filled in."""
+    values = {"{owner}": owner, "{each}": each}
+    parts = []
+    for piece in re.split(r"(\{owner\}|\{each\})", label):
+        if piece in values:
+            value = values[piece]
+            if value is None:
+                raise ValueError(f"label {label!r}: {piece} has no value on a fixed path")
+            parts.append(value)
+        elif piece:
+            parts.append(string_literal(piece))
+    return " + ".join(parts)
 
 
 def object_target(kind: str, with_paths: bool, specs_needed: bool = True) -> str:
@@ -278,12 +256,3 @@ def _enriched(fields: set[str], translator: Translator, with_paths: bool, specs_
     if with_paths:
         out += ["'root': gwX.root", "'path': gwX.path"]
     return "{" + ", ".join(out) + "}"
-
-
-MULTI_TEMPLATE = frozenset({"JobSet", "RayJob", "RayCluster", "RayService", "AppWrapper", "LeaderWorkerSet"}) | {
-    "PyTorchJob",
-    "TFJob",
-    "MPIJob",
-    "XGBoostJob",
-    "PaddleJob",
-}

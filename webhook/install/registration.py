@@ -2,7 +2,7 @@
 
 A rule acts in the cluster only on what the webhook configurations send, so the `rules` and
 `matchConditions` of each webhook entry are computed here from the rule set, through the engine's
-one kind table (webhook/engine/workloads.py KINDS) and the kinds rules declare themselves:
+one kind table (webhook/engine/workloads.py, KIND_TABLE) and the kinds rules declare themselves:
 
 - `rules`: every (group, version, resource, operation) a rule of the entry's phase can target,
   autogen included; `pods/ephemeralcontainers` for Pod rules that see UPDATEs (kubectl debug adds
@@ -29,11 +29,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.engine import (
-    BY_KIND,
-    KINDS,
+    KIND_TABLE,
     POLICY_RESOURCES,
     TEST_KIND,
-    WORKLOAD_KINDS,
     Accelerators,
     KindApi,
     Phase,
@@ -146,12 +144,12 @@ def targeted(rule: Rule) -> list[WorkloadKind | KindApi]:
     declared = {api.kind: api for api in rule.match.declared}
     names = set(rule.match.kinds)
     if "*" in names:
-        names = (names - {"*"}) | set(BY_KIND)
+        names = (names - {"*"}) | KIND_TABLE.names
     elif "Pod" in names and rule.autogen:
-        names |= WORKLOAD_KINDS
+        names |= KIND_TABLE.autogen
     found: list[WorkloadKind | KindApi] = []
     for name in sorted(names):
-        api = declared.get(name) or BY_KIND.get(name)
+        api = declared.get(name) or KIND_TABLE.by_kind(name)
         if api is not None:
             found.append(api)
     return found
@@ -160,7 +158,7 @@ def targeted(rule: Rule) -> list[WorkloadKind | KindApi]:
 def unregistrable(rule: Rule) -> list[str]:
     """Kinds the rule names that the registration cannot send (neither in the kind table nor declared)."""
     declared = {api.kind for api in rule.match.declared}
-    return sorted(k for k in rule.match.kinds if k != "*" and k not in BY_KIND and k not in declared)
+    return sorted(k for k in rule.match.kinds if k != "*" and k not in KIND_TABLE and k not in declared)
 
 
 # -- rules: ---------------------------------------------------------------------------------------
@@ -205,7 +203,7 @@ def sent_apis(rule: Rule, phase: Phase) -> list[WorkloadKind | KindApi]:
     return apis
 
 
-_GROUP_ORDER = {group: index for index, group in enumerate(dict.fromkeys(k.group for k in KINDS))}
+_GROUP_ORDER = {group: index for index, group in enumerate(dict.fromkeys(k.group for k in KIND_TABLE))}
 
 
 def _group_order(item: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], list[str]]) -> tuple[int, str, int]:
@@ -254,7 +252,7 @@ def _spec_groups(kind: WorkloadKind) -> str | None:
     half-filled object never errors; None when no fixed path reaches them (AppWrapper, TrainJob)."""
     if kind.kind == "Pod":
         return "[[object.spec]]"
-    if kind.find is None or not kind.templates:
+    if not kind.has_templates:
         return None
     groups = [_group([*t.replace("[*]", ".[*]").split("."), "spec"]) for t in kind.templates]
     return None if None in groups else "[" + ", ".join(g for g in groups if g) + "]"

@@ -14,7 +14,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from webhook.engine import BY_KIND
+from webhook.engine import KIND_TABLE
 
 # No `*_created` series: a counter's or histogram's creation time, one more series per label set,
 # which a Prometheus scraping the text format stores as ordinary samples and no alert of ours reads.
@@ -26,7 +26,7 @@ disable_created_metrics()
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5)
 OTHER = "other"
 # the kinds of the engine's kind table (a label per kind a shipped rule can target)
-KNOWN_KINDS = frozenset(BY_KIND)
+KNOWN_KINDS = KIND_TABLE.names
 OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
 # Series per labelled metric. The per-request label sets are endpoints (2) x operations (5) x
 # kinds (20) x decisions (4) at most, ~800; real traffic uses a few dozen. Past the cap, new
