@@ -20,7 +20,7 @@ What to import for what:
 - every file the project writes, in its named style: `styles.MANIFESTS.write_all(documents, out)`,
   `styles.REGISTRATION.dump_all(documents)`, `styles.POLICY_REPORT.dump(report)`, ... (styles.py).
 
-No module outside this package imports PyYAML (tests/test_layering.py checks).
+No module of webhook/ or bench/ outside this package imports PyYAML (tests/test_layering.py checks).
 
 Nothing here opens a file or a socket: callers hand in the text, so the engine may read its
 rules with located.py. tests/audit/test_yaml_compat.py pins the reading to kubectl's,
