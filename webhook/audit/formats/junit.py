@@ -16,15 +16,18 @@ from webhook.engine import Result
 
 from ..results import ObjectResult, Tally, text
 from ..sources import InputProblem
+from . import ReportOptions
 
 FAIL, ERROR, WARN, AUDIT, SKIP = Result.FAIL, Result.ERROR, Result.WARN, Result.AUDIT, Result.SKIP
 INPUT_SUITE = "input"
 
 
 class JunitReport:
-    def __init__(self, out: TextIO, fail_on: str = "deny") -> None:
+    shows_diffs = takes_entries = False
+
+    def __init__(self, out: TextIO, options: ReportOptions) -> None:
         self.out = out
-        self.failing = {FAIL, WARN} if fail_on == "warn" else {FAIL}
+        self.failing = {FAIL, WARN} if options.fail_on == "warn" else {FAIL}
         self.cases: dict[str, list[junit.Case]] = {}  # rule -> its cases, in the order of the objects
         self.problems: list[junit.Case] = []
 
