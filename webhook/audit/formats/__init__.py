@@ -76,6 +76,17 @@ AUDIT: Formats = {
     "html": Format("webhook.audit.formats.html:HtmlReport"),
 }
 
+# `gpu-webhook test`: each CaseResult as its case finishes, then the verdict
+TEST: Formats = {
+    "text": Format("webhook.authoring.report:TextReport"),
+    "junit": Format("webhook.audit.formats.junit:SuiteJunitReport"),
+}
+
+# `gpu-webhook lint`: each problem found, then the count (or what was checked, when nothing was wrong)
+LINT: Formats = {
+    "text": Format("webhook.authoring.report:LintReport"),
+}
+
 FORMATS = tuple(AUDIT)  # audit's names, in the order --help lists them
 
 

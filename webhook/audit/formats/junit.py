@@ -1,15 +1,19 @@
-"""JUnit XML for CI: one test suite per rule, one test case per object and rule that judged it.
+"""JUnit XML for CI, for `audit` (JunitReport) and `test` (SuiteJunitReport), both written by webhook.junit.
+
+audit: one test suite per rule, one test case per object and rule that judged it.
 
 Deny failures are <failure>; with --fail-on warn, Warn findings are too. Evaluation errors
 are <error>. Rules not evaluated for want of namespace context are folded: one <skipped> case
 per rule, named by the objects it could not judge, with the reason and the fix. Other findings
 pass with their message in <system-out>, so a CI page shows them. Inputs that could not be read
 are <error> cases of the suite `input`, one per file or document.
+
+test: one test suite per suite file, one test case per case, a <failure> with the full text.
 """
 
 from __future__ import annotations
 
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from webhook import junit
 from webhook.engine import Result
@@ -17,6 +21,9 @@ from webhook.engine import Result
 from ..results import ObjectResult, Tally, text
 from ..sources import InputProblem
 from . import ReportOptions
+
+if TYPE_CHECKING:
+    from webhook.authoring.suite import CaseResult
 
 FAIL, ERROR, WARN, AUDIT, SKIP = Result.FAIL, Result.ERROR, Result.WARN, Result.AUDIT, Result.SKIP
 INPUT_SUITE = "input"
@@ -68,3 +75,21 @@ class JunitReport:
         if self.problems:
             suites.insert(0, (INPUT_SUITE, self.problems))
         self.out.write(junit.render("gpu-webhook audit", suites) + "\n")
+
+
+class SuiteJunitReport:
+    """`gpu-webhook test -o junit`: the cases kept until the run ends, then the document."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.suites: dict[str, list[junit.Case]] = {}  # suite file -> its cases, in the order they ran
+
+    def add(self, result: CaseResult) -> None:
+        outcome = junit.Outcome.PASSED if result.passed else junit.Outcome.FAILURE
+        message = "" if result.passed else result.failures[0].splitlines()[0]
+        details = None if result.passed else "\n\n".join(result.failures)
+        case = junit.Case(result.suite, result.name, outcome, message, details, seconds=result.seconds)
+        self.suites.setdefault(result.suite, []).append(case)
+
+    def finish(self) -> None:
+        self.out.write(junit.render("gpu-webhook test", self.suites.items()) + "\n")
