@@ -87,6 +87,12 @@ LINT: Formats = {
     "text": Format("webhook.authoring.report:LintReport"),
 }
 
+# `gpu-webhook export`: the whole document at once, made from the export's result
+EXPORT: Formats = {
+    "yaml": Format("webhook.export.render:render"),
+    "table": Format("webhook.export.render:table"),
+}
+
 FORMATS = tuple(AUDIT)  # audit's names, in the order --help lists them
 
 
