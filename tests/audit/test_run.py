@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from tests.audit.conftest import NS_RULES, PACK_RULES
+from webhook.audit.context import namespaces_in
 from webhook.audit.results import ObjectResult, Tally
-from webhook.audit.run import Options, Runner, Sources, namespaces_in
+from webhook.audit.run import Options, Runner, Sources
 from webhook.audit.sources import InputProblem, SourceError
 from webhook.engine import RuleSet, load_rules
 

@@ -10,17 +10,15 @@ flags into these and prints.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from webhook.engine import RuleSet
 
-from .context import NamespaceContext
+from .context import NamespaceContext, namespaces_in
 from .results import Tally, audit
-from .sources import STDIN, InputProblem, Item, SourceError, manifest_files, read_manifests, read_namespaces
+from .sources import STDIN, InputProblem, Item, SourceError, manifest_files, read_manifests
 
 if TYPE_CHECKING:
     from .cluster import Api
@@ -227,24 +225,3 @@ def parallel_files(paths: Sequence[str]) -> list[str] | None:
     if len(files) < 2 or not parallel_safe(files):
         return None  # one file, stdin, or PriorityClasses/DRA claims that count from where they appear
     return files
-
-
-_NAMESPACE_KIND = re.compile(rb"kind[\"']?\s*:\s*[\"']?Namespace\b")
-
-
-def namespaces_in(
-    paths: Iterable[str], problem: Callable[[str], None], scan: bool = False
-) -> dict[str, dict[str, Any]]:
-    """Namespace objects in files and directories, by name; with `scan`, only files that mention kind
-    Namespace are parsed. SourceError for a path that does not exist."""
-    files = list(manifest_files(paths))
-    if scan:
-        files = [f for f in files if f != "-" and _mentions_namespace(f)]
-    return read_namespaces(files, problems=problem) if files else {}
-
-
-def _mentions_namespace(path: str) -> bool:
-    try:
-        return _NAMESPACE_KIND.search(Path(path).read_bytes()) is not None
-    except OSError:
-        return False  # the audit itself reports an unreadable file

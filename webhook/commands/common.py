@@ -166,9 +166,9 @@ def add_output(
 def namespaces_in(
     paths: Iterable[str], problem: Callable[[str], None], scan: bool = False
 ) -> dict[str, dict[str, Any]]:
-    """Namespace objects in files and directories (webhook.audit.run.namespaces_in); a usage error for a path
-    that does not exist."""
-    from webhook.audit.run import namespaces_in as read
+    """Namespace objects in files and directories (webhook.audit.context.namespaces_in); a usage error for a
+    path that does not exist."""
+    from webhook.audit.context import namespaces_in as read
     from webhook.audit.sources import SourceError
 
     try:
