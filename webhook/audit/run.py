@@ -3,9 +3,8 @@
 `Runner.run(sources)` reads the objects (manifest files in order, or shared among `--jobs`
 worker processes and merged back in input order, or a live cluster's workloads), gives each
 the namespace context the server would give it, evaluates it with `audit()` and hands every
-result to the tally and the report. `apply_reports` writes a
-PolicyReport report's documents to the cluster (`--apply`). The `audit` command only turns
-flags into these and prints.
+result to the tally and the report. `apply_reports` writes a PolicyReport report's documents
+to the cluster (`--apply`). The `audit` command only turns flags into these and prints.
 """
 
 from __future__ import annotations
@@ -94,7 +93,8 @@ class Runner:
         tally = Tally(live=sources.cluster is not None)
         try:
             if sources.cluster is not None:
-                self._feed(tally, self._cluster_items(sources.cluster), self._cluster_context(sources.cluster))
+                context = self._cluster_context(sources.cluster)  # listed once, before the first workload
+                self._feed(tally, self._cluster_items(sources.cluster), context)
             else:
                 self._files(tally, sources)
         except SourceError:
