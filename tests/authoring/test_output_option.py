@@ -66,6 +66,9 @@ def test_lint_takes_its_formats(capsys: pytest.CaptureFixture[str]) -> None:
     given = cli(capsys, "lint", BASIC_RULES, "-o", "text")
     assert given == cli(capsys, "lint", BASIC_RULES)
     assert given[0] == 0 and given[1].endswith(": no problems\n")
+    code, xml, _ = cli(capsys, "lint", BASIC_RULES, "--output", "junit")
+    (case,) = ElementTree.fromstring(xml.encode()).iter("testcase")
+    assert code == 0 and case.get("name") == given[1].strip() and not list(case)
     with pytest.raises(SystemExit) as refused:
         main(["lint", BASIC_RULES, "-o", "html"])
     assert refused.value.code == 2
@@ -99,3 +102,18 @@ def test_export_o_file_still_writes_it_and_says_it_is_deprecated(
     # a file named by both is a usage error, not a guess
     code, _, err = cli(capsys, "export", "--rules", BASIC_RULES, "-o", str(out), "--out", str(tmp_path / "other.yaml"))
     assert code == 2 and "--out names the file" in err
+
+
+def test_lint_junit_has_a_failing_case_per_problem(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    rule = tmp_path / "bad.yaml"
+    rule.write_text(
+        "apiVersion: gpu-webhook.io/v1alpha1\nkind: GPUPolicy\nmetadata: {name: bad}\nspec:\n  action: Deny\n"
+        "  match: {kinds: [Pod], operatons: [CREATE]}\n  validate: {expression: 'true', message: x}\n"
+    )
+    code, text, err = cli(capsys, "lint", str(rule))
+    assert code == 1 and err.endswith("1 error\n")
+    code, xml, err = cli(capsys, "lint", str(rule), "-o", "junit")
+    assert code == 1 and err.endswith("1 error\n")
+    (suite,) = ElementTree.fromstring(xml.encode()).iter("testsuite")
+    (failure,) = suite.iter("failure")
+    assert suite.get("name") == str(rule) and failure.text == text.strip() and failure.get("type") == "lint"

@@ -1,7 +1,7 @@
 """Plain-text reports of the authoring commands, for people: `test -o text` (pytest-like) and `lint -o text`.
 
-Their rows are in webhook.audit.formats (TEST, LINT), beside every other output format;
-`test -o junit` is webhook.audit.formats.junit.SuiteJunitReport.
+Their rows are in webhook.audit.formats (TEST, LINT), beside every other output format; their
+JUnit reports are in webhook.audit.formats.junit.
 """
 
 from __future__ import annotations
@@ -61,17 +61,28 @@ class LintReport:
         self.errors += 1
         self.out.write(f"{error}\n")
 
-    def finish(self, counts: tuple[int, int, int, int] | None) -> None:
-        """`counts` when nothing was wrong: rules, the files holding any, overlays and exceptions."""
+    def finish(self, counts: LintCounts | None) -> None:
+        """`counts` when nothing was wrong, else None."""
         if counts is None:
-            print(f"{self.errors} error{'s' if self.errors != 1 else ''}", file=sys.stderr)
-            return
-        rules, files, overlays, exceptions = counts
-        site = "".join(
-            f", {count} {name}{'s' if count != 1 else ''}"
-            for count, name in ((overlays, "overlay"), (exceptions, "exception"))
-            if count
-        )
-        self.out.write(
-            f"{rules} rule{'s' if rules != 1 else ''} in {files} file{'s' if files != 1 else ''}{site}: no problems\n"
-        )
+            print(errors_found(self.errors), file=sys.stderr)
+        else:
+            self.out.write(checked(counts) + "\n")
+
+
+LintCounts = tuple[int, int, int, int]  # rules, the files holding any, overlays, exceptions
+
+
+def errors_found(count: int) -> str:
+    """What lint says on stderr when it found problems: `3 errors`."""
+    return f"{count} error{'s' if count != 1 else ''}"
+
+
+def checked(counts: LintCounts) -> str:
+    """What a clean lint checked: `31 rules in 31 files, 2 overlays: no problems`."""
+    rules, files, overlays, exceptions = counts
+    site = "".join(
+        f", {count} {name}{'s' if count != 1 else ''}"
+        for count, name in ((overlays, "overlay"), (exceptions, "exception"))
+        if count
+    )
+    return f"{rules} rule{'s' if rules != 1 else ''} in {files} file{'s' if files != 1 else ''}{site}: no problems"

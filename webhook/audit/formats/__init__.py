@@ -85,6 +85,7 @@ TEST: Formats = {
 # `gpu-webhook lint`: each problem found, then the count (or what was checked, when nothing was wrong)
 LINT: Formats = {
     "text": Format("webhook.authoring.report:LintReport"),
+    "junit": Format("webhook.audit.formats.junit:LintJunitReport"),
 }
 
 # `gpu-webhook export`: the whole document at once, made from the export's result

@@ -1,4 +1,4 @@
-"""JUnit XML for CI, for `audit` (JunitReport) and `test` (SuiteJunitReport), both written by webhook.junit.
+"""JUnit XML for CI: `audit`'s JunitReport, `test`'s SuiteJunitReport, `lint`'s LintJunitReport (webhook.junit).
 
 audit: one test suite per rule, one test case per object and rule that judged it.
 
@@ -9,10 +9,14 @@ pass with their message in <system-out>, so a CI page shows them. Inputs that co
 are <error> cases of the suite `input`, one per file or document.
 
 test: one test suite per suite file, one test case per case, a <failure> with the full text.
+
+lint: one test suite per rule file with problems, a failing case per problem (named by its
+line and column); a clean run is one passing case that says what was checked.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, TextIO
 
 from webhook import junit
@@ -23,7 +27,9 @@ from ..sources import InputProblem
 from . import ReportOptions
 
 if TYPE_CHECKING:
+    from webhook.authoring.report import LintCounts
     from webhook.authoring.suite import CaseResult
+    from webhook.engine import LoadError
 
 FAIL, ERROR, WARN, AUDIT, SKIP = Result.FAIL, Result.ERROR, Result.WARN, Result.AUDIT, Result.SKIP
 INPUT_SUITE = "input"
@@ -93,3 +99,30 @@ class SuiteJunitReport:
 
     def finish(self) -> None:
         self.out.write(junit.render("gpu-webhook test", self.suites.items()) + "\n")
+
+
+class LintJunitReport:
+    """`gpu-webhook lint -o junit`: the problems kept until lint ends, then the document."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.errors = 0
+        self.suites: dict[str, list[junit.Case]] = {}  # rule file -> a case per problem, in file order
+
+    def add(self, error: LoadError) -> None:
+        self.errors += 1
+        where = error.location
+        name = f"{where.line}:{where.column}" + (f" rule {error.rule}" if error.rule else "")
+        case = junit.Case(where.file, name, junit.Outcome.FAILURE, error.message, str(error), failure_type="lint")
+        self.suites.setdefault(where.file, []).append(case)
+
+    def finish(self, counts: LintCounts | None) -> None:
+        """`counts` when nothing was wrong (rules, files, overlays, exceptions), else None."""
+        from webhook.authoring.report import checked, errors_found
+
+        if counts is None:
+            print(errors_found(self.errors), file=sys.stderr)
+            suites = list(self.suites.items())
+        else:
+            suites = [("lint", [junit.Case("lint", checked(counts))])]
+        self.out.write(junit.render("gpu-webhook lint", suites) + "\n")
