@@ -94,8 +94,6 @@ EXPORT: Formats = {
     "table": Format("webhook.export.render:table"),
 }
 
-FORMATS = tuple(AUDIT)  # audit's names, in the order --help lists them
-
 
 def make_report(name: str, out: TextIO, options: ReportOptions) -> Report:
     """The audit report for --output NAME."""
