@@ -10,7 +10,8 @@ import jsonschema
 import yaml
 
 from tests.audit.conftest import EXTRA_RULES, FIXTURES, PACK_RULES, RULES, WORKLOADS, documents
-from webhook.audit import audit, read_manifests
+from webhook.audit.results import audit
+from webhook.audit.sources import read_manifests
 from webhook.commands.common import load_ruleset
 from webhook.engine import AdmissionInput, evaluate
 

@@ -11,9 +11,10 @@ import yaml
 
 from tests.audit.conftest import EXTRA_RULES, NS_RULES, PACK_RULES, WORKLOADS
 from tests.support import manifests
-from webhook.audit import NamespaceContext, audit, read_manifests
+from webhook.audit.context import NamespaceContext
 from webhook.audit.formats.policyreport import PolicyReportBuilder
-from webhook.audit.sources import InputProblem
+from webhook.audit.results import audit
+from webhook.audit.sources import InputProblem, read_manifests
 from webhook.commands.common import load_ruleset, rule_paths
 
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)

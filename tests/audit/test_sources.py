@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.audit.conftest import FIXTURES, RULES, WORKLOADS
-from webhook.audit import SourceError, read_manifests
+from webhook.audit.sources import SourceError, read_manifests
 from webhook.engine import NO_NAMESPACE_CONTEXT
 
 

@@ -10,9 +10,10 @@ import pytest
 
 from tests.audit.conftest import NS_RULES, PACK_RULES
 from tests.support.manifests import mix
-from webhook.audit import Tally, audit, read_manifests
 from webhook.audit import results as results_module
 from webhook.audit.context import NamespaceContext
+from webhook.audit.results import Tally, audit
+from webhook.audit.sources import read_manifests
 from webhook.commands.common import load_ruleset
 
 

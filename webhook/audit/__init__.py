@@ -2,21 +2,10 @@
 
 sources (files, stdin) and cluster (live API) produce objects one at a time; results runs the
 engine on each and counts them per rule and namespace (Tally: audit's own; the server counts in
-its metrics); formats write the reports. The `audit` command only wires these together.
+its metrics); run (the Runner) takes the sources and options of one audit through them, parallel
+for --jobs; formats holds every command's output formats and writes the reports. The `audit`
+command only turns flags into a run.
+
+This package imports nothing itself: a command's parser reads the format table
+(webhook.audit.formats) without loading the engine. Import from the modules.
 """
-
-from .context import NamespaceContext
-from .results import ObjectRef, ObjectResult, Tally, audit
-from .sources import Item, SourceError, read_manifests, read_namespaces
-
-__all__ = [
-    "Item",
-    "NamespaceContext",
-    "ObjectRef",
-    "ObjectResult",
-    "SourceError",
-    "Tally",
-    "audit",
-    "read_manifests",
-    "read_namespaces",
-]

@@ -10,13 +10,18 @@ object for the same input, and `AdmissionInput.offline` (the engine's) fills the
 once instead of watched): the Namespace objects, PriorityClasses and DRA claims and templates then
 come from the cluster through the server's `get` and `fill`, not from the audited objects.
 
+`namespaces_in` reads the Namespace objects of files (`--namespace-objects`, and, scanned
+for, those anywhere in the audited files): what an offline NamespaceContext is made with.
+
 GPUPolicyExceptions in the input are context too, as in the cluster: from where they appear they
 let their namespace's objects through the rules they name (a broken one is an input problem).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from webhook.engine import (
@@ -28,6 +33,8 @@ from webhook.engine import (
     is_map,
     parse_exception,
 )
+
+from .sources import manifest_files, read_namespaces
 
 DEFAULT_NAMESPACE = "default"  # what kubectl uses when neither -n nor the kubeconfig context names one
 
@@ -173,3 +180,24 @@ def _with_namespace(obj: dict[str, Any] | None, namespace: str | None) -> dict[s
     if is_map(metadata) and metadata.get("namespace"):
         return obj
     return {**obj, "metadata": {**(metadata if is_map(metadata) else {}), "namespace": namespace}}
+
+
+_NAMESPACE_KIND = re.compile(rb"kind[\"']?\s*:\s*[\"']?Namespace\b")
+
+
+def namespaces_in(
+    paths: Iterable[str], problem: Callable[[str], None], scan: bool = False
+) -> dict[str, dict[str, Any]]:
+    """Namespace objects in files and directories, by name; with `scan`, only files that mention kind
+    Namespace are parsed. SourceError for a path that does not exist."""
+    files = list(manifest_files(paths))
+    if scan:
+        files = [f for f in files if f != "-" and _mentions_namespace(f)]
+    return read_namespaces(files, problems=problem) if files else {}
+
+
+def _mentions_namespace(path: str) -> bool:
+    try:
+        return _NAMESPACE_KIND.search(Path(path).read_bytes()) is not None
+    except OSError:
+        return False  # the audit itself reports an unreadable file

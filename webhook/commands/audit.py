@@ -1,36 +1,29 @@
 """`gpu-webhook audit`: what the rules would do to manifests or to a live cluster's workloads.
 
-A thin door: sources -> webhook.audit.audit (the server's engine, as CREATE) -> a report.
-Exit 1 when a Deny rule fails (or a Warn rule, with --fail-on warn), 2 on usage errors.
+A thin verb: flags -> webhook.audit.run.Runner (the server's engine, as CREATE) -> the report
+of webhook.audit.formats.AUDIT that --output names. Exit 1 when a Deny rule fails (or a Warn rule,
+with --fail-on warn), 2 on usage errors and inputs that could not be read.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from webhook.audit.formats import AUDIT
 from webhook.commands.common import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
     UsageError,
     add_namespace_objects,
+    add_output,
     add_rules,
     load_ruleset,
-    namespaces_in,
     rule_paths,
     warn,
 )
-
-if TYPE_CHECKING:
-    from webhook.audit.context import NamespaceContext
-    from webhook.audit.sources import Item
-
-# webhook.audit.formats.FORMATS, which imports the report writers: the parser needs only the names
-FORMATS = ("table", "json", "yaml", "policyreport", "junit", "html")
 
 
 def register(commands: Any) -> None:
@@ -62,9 +55,7 @@ def register(commands: Any) -> None:
         "--include-owned", action="store_true", help="also audit objects made by an audited controller (pods of a Job)"
     )
     cluster.add_argument("--page-size", type=int, default=500, metavar="N", help="objects per list request")
-    parser.add_argument(
-        "-o", "--output", choices=FORMATS, help="report format (default: table on a terminal, else json)"
-    )
+    add_output(parser, AUDIT, help="report format (default: table on a terminal, else json)")
     parser.add_argument(
         "-j",
         "--jobs",
@@ -92,86 +83,36 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from webhook.audit import Tally, audit, read_manifests
-    from webhook.audit.context import NamespaceContext
-    from webhook.audit.formats import make_report
-    from webhook.audit.sources import STDIN, InputProblem, SourceError
+    from webhook.audit.formats import ReportOptions, make_report
+    from webhook.audit.progress import progress_bar
+    from webhook.audit.run import Options, Runner, Sources
+    from webhook.audit.sources import SourceError
 
     if args.cluster == bool(args.paths):
         raise UsageError("give manifest PATHs or --cluster (one of the two)")
     output = args.output or ("table" if sys.stdout.isatty() else "json")
-    if args.apply and output != "policyreport":
+    if args.apply and not AUDIT[output].writes_cluster:
         raise UsageError("--apply writes PolicyReports: use it with --output policyreport")
     if args.page_size < 1:
         raise UsageError("--page-size must be at least 1")
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
-    api = None
-    if args.cluster or args.apply:
-        from webhook.audit import cluster
-
-        try:
-            api = cluster.Api(cluster.connect(args.kubeconfig, args.context))
-        except cluster.ClusterError as error:
-            raise UsageError(str(error)) from None
+    api = _connect(args) if args.cluster or args.apply else None
     # --cluster: the cluster's GPUPolicy and GPUPolicyOverlay objects too, loaded with the files as the
     # server loads them, so the audit judges the workloads by the rules that admitted them
     objects = _cluster_policies(api) if args.cluster and api is not None else []
     ruleset = load_ruleset(rule_paths(args.rules, args.site), objects=objects)
     actions = {rule.name: rule.action for rule in ruleset.rules}
+    report = make_report(output, sys.stdout, ReportOptions(actions, details=not args.summary, fail_on=args.fail_on))
+    options = Options(args.namespace, args.jobs, args.diff, args.include_owned, args.page_size)
+    sources = Sources(args.paths, args.namespace_objects, api if args.cluster else None)
 
-    report = make_report(output, sys.stdout, actions, details=not args.summary, fail_on=args.fail_on)
-    # only the formats that print diffs have them rendered (--jobs workers render before sending)
-    diffs = args.diff and (output in ("json", "yaml", "html") or (output == "table" and not args.summary))
-    tally = Tally(live=args.cluster)
-
-    def problem(message: str) -> None:  # reported at once and in the report; the audit goes on with the rest
-        found = message if isinstance(message, InputProblem) else InputProblem(*_split(message, STDIN))
-        tally.problems += 1
-        report.problem(found)
-        warn(found)
-
-    with _progress() as progress:
+    with progress_bar() as progress:
         try:
-            if args.cluster:
-                items, context = _cluster_items(api, args, progress)
-            else:
-                # Namespace objects anywhere in the files count, wherever they sort; on stdin they
-                # count from where they appear (kubectl, helm and kustomize output puts them first)
-                namespaces = namespaces_in(args.namespace_objects or [], problem)
-                namespaces.update(namespaces_in([p for p in args.paths if p != "-"], lambda _: None, scan=True))
-                context = NamespaceContext(namespaces, args.namespace, problem=problem)
-                items = read_manifests(args.paths, problems=problem, notes=warn)
-                files = _parallel_files(args) if args.jobs > 1 else None
-                if files is not None:
-                    from webhook.audit.parallel import audit_files
-
-                    # the JSON report takes its entries as the workers wrote them, and their counts per file
-                    entries = output == "json"
-                    for kind, value in audit_files(
-                        files, args.jobs, ruleset, namespaces, args.namespace, diffs=diffs, entries=entries
-                    ):
-                        if kind == "result":
-                            tally.add(value)
-                            report.add(value)
-                            progress.advance()
-                        elif kind == "entry":
-                            report.add_entry(value)  # type: ignore[attr-defined]
-                            progress.advance()
-                        elif kind == "tally":
-                            tally.merge(value)
-                        else:
-                            (problem if kind == "problem" else warn)(value)
-                    items = iter(())
-            for result in audit(ruleset, items, context, diffs=diffs):
-                tally.add(result)
-                report.add(result)
-                progress.advance()
+            tally = Runner(ruleset, report, options, progress, warn).run(sources)
         except SourceError as error:
-            _flush(report)
             raise UsageError(str(error)) from None
         except _cluster_error() as error:
-            _flush(report)
             raise UsageError(str(error)) from None
     report.finish(tally)
     sys.stdout.flush()
@@ -187,31 +128,17 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_FAILED if tally.failed(args.fail_on) else EXIT_OK
 
 
-def _split(message: str, stdin: str) -> tuple[str, str]:
-    """(origin, reason) of a problem told as plain text ("path: reason"; `-` named as everywhere else)."""
-    origin, _, reason = message.partition(": ")
-    return (stdin if origin == "-" else origin), reason or message
+def _connect(args: argparse.Namespace) -> Any:
+    from webhook.audit import cluster
 
-
-def _flush(report: Any) -> None:
-    """Write what a report holds back (the JSON report writes in blocks) before a usage error ends the run."""
-    flush = getattr(report, "flush", None)
-    if flush is not None:
-        flush()
-
-
-def _parallel_files(args: argparse.Namespace) -> list[str] | None:
-    """The files to share among --jobs workers, or None when this input must be read in order."""
-    from webhook.audit.parallel import parallel_safe
-    from webhook.audit.sources import manifest_files
-
-    files = list(manifest_files(args.paths))
-    if len(files) < 2 or not parallel_safe(files):
-        return None  # one file, stdin, or PriorityClasses/DRA claims that count from where they appear
-    return files
+    try:
+        return cluster.Api(cluster.connect(args.kubeconfig, args.context))
+    except cluster.ClusterError as error:
+        raise UsageError(str(error)) from None
 
 
 def _cluster_error() -> type[Exception]:
+    """ClusterError, looked up when an error is raised: a file audit never imports the kubernetes client."""
     from webhook.audit.cluster import ClusterError
 
     return ClusterError
@@ -227,96 +154,12 @@ def _cluster_policies(api: Any) -> list[Any]:
         raise UsageError(str(error)) from None
 
 
-def _cluster_items(api: Any, args: argparse.Namespace, progress: _Progress) -> tuple[Iterator[Item], NamespaceContext]:
-    """The cluster's workloads, and the context the server would judge them with (its own, listed once)."""
-    from webhook.audit import cluster
-    from webhook.audit.context import NamespaceContext
-
-    def unavailable(message: str, status: int) -> None:
-        # not served (404: an older cluster) is quiet, as for workload kinds; forbidden changes results
-        (progress.note if status == 404 else warn)(message)
-
-    context = cluster.read_context(api, args.namespace, limit=args.page_size, note=unavailable)
-    items = cluster.read_workloads(
-        api,
-        namespace=args.namespace,
-        include_owned=args.include_owned,
-        limit=args.page_size,
-        progress=progress.page,
-        skipped=lambda kind: progress.note(f"{kind}: not served by this cluster, skipped"),
-    )
-    return items, NamespaceContext(cluster=context)
-
-
 def _apply(api: Any, report: Any) -> None:
-    from webhook.audit import cluster
+    """--apply: the report's PolicyReports written to the cluster, a line on stderr for each."""
+    from webhook.audit.run import apply_reports
 
-    for policy_report in report.builder.reports():
-        metadata = policy_report["metadata"]
-        where = f"{metadata['namespace']}/" if metadata.get("namespace") else ""
-        try:
-            outcome = cluster.apply_report(api, policy_report)
-        except cluster.ClusterError as error:
-            raise UsageError(str(error)) from None
-        print(f"{policy_report['kind']} {where}{metadata['name']} {outcome}", file=sys.stderr)
-
-
-class _Progress:
-    """A rich progress bar on stderr when it is a terminal; silent otherwise (CI logs, pipes)."""
-
-    def __init__(self) -> None:
-        self.bar: Any = None
-        self.task: Any = None
-        self.kind = "objects"
-        self.expected = 0
-
-    def start(self) -> None:
-        if not sys.stderr.isatty():
-            return
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.bar = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            transient=True,
-        )
-        self.bar.start()
-        self.task = self.bar.add_task("auditing objects", total=None)
-
-    def page(self, kind: str, count: int, remaining: int | None) -> None:
-        if self.bar is None:
-            return
-        if kind != self.kind:
-            self.kind, self.expected = kind, 0
-        # remainingItemCount makes the total known after the first page of each kind
-        self.expected += count
-        done = self.bar.tasks[0].completed
-        total = done + self.expected + (remaining or 0) if remaining is not None else None
-        self.bar.update(self.task, description=f"auditing {kind}s", total=total)
-
-    def advance(self) -> None:
-        if self.bar is not None:
-            self.expected -= 1
-            self.bar.advance(self.task)
-
-    def note(self, message: str) -> None:
-        if self.bar is not None:
-            self.bar.console.print(message, style="dim")
-
-    def stop(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-
-
-@contextlib.contextmanager
-def _progress() -> Iterator[_Progress]:
-    progress = _Progress()
-    progress.start()
     try:
-        yield progress
-    finally:
-        progress.stop()
+        for line in apply_reports(api, report):
+            print(line, file=sys.stderr)
+    except _cluster_error() as error:
+        raise UsageError(str(error)) from None

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -81,7 +80,9 @@ def load_ruleset(
     except RuleLoadError as error:
         raise UsageError(str(error)) from None
     if announce:
-        cluster = f" and {len(objects)} policy object{'s' if len(objects) != 1 else ''} of the cluster" if objects else ""
+        cluster = (
+            f" and {len(objects)} policy object{'s' if len(objects) != 1 else ''} of the cluster" if objects else ""
+        )
         warn(describe_rules(len(ruleset.rules), named) + cluster)
     return ruleset
 
@@ -155,26 +156,22 @@ def add_namespace_objects(parser: argparse.ArgumentParser) -> None:
     )
 
 
-_NAMESPACE_KIND = re.compile(rb"kind[\"']?\s*:\s*[\"']?Namespace\b")
+def add_output(
+    parser: argparse.ArgumentParser, formats: Mapping[str, object], default: str | None = None, help: str = ""
+) -> None:
+    """-o/--output NAME, one of the command's formats (a table of webhook.audit.formats): the one meaning of -o."""
+    parser.add_argument("-o", "--output", choices=tuple(formats), default=default, help=help or "report format")
 
 
 def namespaces_in(
     paths: Iterable[str], problem: Callable[[str], None], scan: bool = False
 ) -> dict[str, dict[str, Any]]:
-    """Namespace objects in files and directories; with `scan`, only files that mention kind Namespace are parsed."""
-    from webhook.audit.sources import SourceError, manifest_files, read_namespaces
+    """Namespace objects in files and directories (webhook.audit.context.namespaces_in); a usage error for a
+    path that does not exist."""
+    from webhook.audit.context import namespaces_in as read
+    from webhook.audit.sources import SourceError
 
     try:
-        files = list(manifest_files(paths))
+        return read(paths, problem, scan)
     except SourceError as error:
         raise UsageError(str(error)) from None
-    if scan:
-        files = [f for f in files if f != "-" and _mentions_namespace(f)]
-    return read_namespaces(files, problems=problem) if files else {}
-
-
-def _mentions_namespace(path: str) -> bool:
-    try:
-        return _NAMESPACE_KIND.search(Path(path).read_bytes()) is not None
-    except OSError:
-        return False  # the audit itself reports an unreadable file

@@ -7,6 +7,10 @@ gets one line on stderr saying why (it stays with the webhook; with --table, its
 A rule that GPUPolicyExceptions may lift is never exported (webhook.export.EXCEPTABLE): one warning
 names those that would otherwise export, with --table too.
 Exit 0 when the file is written, 2 on a usage or rule error.
+
+-o/--output names a format, as in every command (yaml, or table: the same as --table); the file
+is --out FILE. An -o value that is no format is still taken as the file, with a deprecation
+message on stderr naming --out.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from webhook.audit.formats import EXPORT
 from webhook.commands.common import (
     CLAIMS_MODES,
     CLAIMS_REFUSE,
@@ -60,7 +65,14 @@ def register(commands: Any) -> None:
         help="a ValidatingAdmissionPolicy per validating rule (each can be disabled alone) instead of one per "
         "group of rules that share a binding (the apiserver pays per policy; docs/native.md)",
     )
-    parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: stdout)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="FORMAT",
+        help=f"{' or '.join(EXPORT)}: the policies, or the Markdown table of docs/native.md (as --table); "
+        "default: yaml. A FILE here is deprecated: use --out FILE",
+    )
+    parser.add_argument("--out", metavar="FILE", help="write to FILE (default: stdout)")
     parser.add_argument("--table", action="store_true", help="print the Markdown table of docs/native.md instead")
     parser.set_defaults(run=run)
 
@@ -76,11 +88,27 @@ def lifted_warning(lifted: list[Refusal]) -> str:
     )
 
 
+def output_and_file(output: str | None, out: str | None, table: bool) -> tuple[str, str | None]:
+    """The format and the file (None: stdout) that -o/--output, --out and --table name together. An -o that
+    is no format is the file, as before --out existed: said once on stderr, deprecated."""
+    if not output or output in EXPORT:
+        chosen = output or "yaml"
+        return ("table" if table else chosen), out
+    if out is not None:
+        raise UsageError(f"-o/--output {output}: not a format ({', '.join(EXPORT)}), and --out names the file")
+    print(
+        f"gpu-webhook export: warning: -o/--output FILE is deprecated: write --out {output} "
+        f"(-o names a format: {', '.join(EXPORT)})",
+        file=sys.stderr,
+    )
+    return ("table" if table else "yaml"), output
+
+
 def run(args: argparse.Namespace) -> int:
     from webhook.export import export
-    from webhook.export.render import render, table
     from webhook.export.versions import Release
 
+    output, path = output_and_file(args.output, args.out, args.table)
     try:
         release = Release.parse(args.kubernetes_version)
         result = export(
@@ -88,19 +116,20 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as error:
         raise UsageError(str(error)) from None
-    text = table(result) if args.table else render(result)
-    if args.output:
+    text: str = EXPORT[output].make(result)
+    if path is not None:
         try:
-            Path(args.output).write_text(text, encoding="utf-8")
+            Path(path).write_text(text, encoding="utf-8")
         except OSError as error:
-            raise UsageError(f"cannot write {args.output}: {error}") from None
+            raise UsageError(f"cannot write {path}: {error}") from None
     else:
         sys.stdout.write(text)
     # the table has a row per rule with its note or its reason: saying each again on stderr is noise
-    for rule in () if args.table else result.rules:
+    tabled = output == "table"
+    for rule in () if tabled else result.rules:
         if rule.note:
             print(f"gpu-webhook export: {rule.rule}: exported {rule.note}", file=sys.stderr)
-    for refusal in () if args.table else result.refused:
+    for refusal in () if tabled else result.refused:
         print(f"gpu-webhook export: {refusal}", file=sys.stderr)
     if result.lifted:
         print(f"gpu-webhook export: warning: {lifted_warning(result.lifted)}", file=sys.stderr)

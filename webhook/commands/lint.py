@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from webhook.commands.common import EXIT_FAILED, EXIT_OK, RULES_DEFAULT, UsageError, rule_paths
+from webhook.audit.formats import LINT
+from webhook.commands.common import EXIT_FAILED, EXIT_OK, RULES_DEFAULT, UsageError, add_output, rule_paths
 
 
 def register(commands: Any) -> None:
@@ -23,6 +24,7 @@ def register(commands: Any) -> None:
         metavar="PATH",
         help="the site's overlays, exceptions and rules, checked on top of RULES (or the pack); repeatable",
     )
+    add_output(parser, LINT, default="text")
     parser.set_defaults(run=run)
 
 
@@ -34,20 +36,12 @@ def run(args: argparse.Namespace) -> int:
         if not os.path.exists(path):
             raise UsageError(f"rules path not found: {path}")
     errors = lint(paths)
+    report = LINT[args.output].make(sys.stdout)
     for error in errors:
-        print(error)
-    if errors:
-        print(f"{len(errors)} error{'s' if len(errors) != 1 else ''}", file=sys.stderr)
-        return EXIT_FAILED
-    # one line on success, so a clean run is told from one that checked nothing (an empty directory)
-    rules, files, overlays, exceptions = _counts(paths)
-    site = "".join(
-        f", {count} {name}{'s' if count != 1 else ''}"
-        for count, name in ((overlays, "overlay"), (exceptions, "exception"))
-        if count
-    )
-    print(f"{rules} rule{'s' if rules != 1 else ''} in {files} file{'s' if files != 1 else ''}{site}: no problems")
-    return EXIT_OK
+        report.add(error)
+    # what was checked, on success: a clean run is told from one that checked nothing (an empty directory)
+    report.finish(None if errors else _counts(paths))
+    return EXIT_FAILED if errors else EXIT_OK
 
 
 def _counts(paths: list[str]) -> tuple[int, int, int, int]:

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
+from webhook.audit.formats import TEST
 from webhook.commands.common import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
     UsageError,
+    add_output,
     add_rules,
     default_rules_dir,
     load_ruleset,
@@ -39,12 +42,11 @@ def register(commands: Any) -> None:
         "default: the rule pack's own suites ($GPU_WEBHOOK_RULES, else the installed pack)",
     )
     add_rules(parser, default="the suite's spec.rules, else PATH when it is a directory (with --site: the pack)")
-    parser.add_argument("-o", "--output", choices=("text", "junit"), default="text", help="report format")
+    add_output(parser, TEST, default="text")
     parser.set_defaults(run=run_tests)
 
 
 def run_tests(args: argparse.Namespace) -> int:
-    from webhook.authoring import report
     from webhook.authoring.suite import SuiteError, discover, run
 
     if not args.paths:
@@ -63,13 +65,12 @@ def run_tests(args: argparse.Namespace) -> int:
             suites.extend(found)
         if not suites:
             raise UsageError(f"no GPUPolicyTest suites under {', '.join(args.paths)}")
-        if args.output == "junit":
-            results = list(run(suites, load_ruleset))
-            print(report.junit(results))
-        else:
-            results = []
-            for line in report.text(_collect(run(suites, load_ruleset), results)):
-                print(line, flush=True)
+        report = TEST[args.output].make(sys.stdout)
+        results = []
+        for result in run(suites, load_ruleset):
+            results.append(result)
+            report.add(result)
+        report.finish()
     except SuiteError as error:
         raise UsageError(str(error)) from None
     if unreadable:
@@ -83,9 +84,3 @@ def _collect_warning(into: list[str]) -> Any:
         warn(message)
 
     return note
-
-
-def _collect(results: Any, into: list[Any]) -> Any:
-    for result in results:
-        into.append(result)
-        yield result

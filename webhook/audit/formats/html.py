@@ -15,6 +15,7 @@ from webhook.engine import Result
 
 from ..results import ObjectResult, Tally, text
 from ..sources import InputProblem
+from . import ReportOptions
 
 FAIL, ERROR, WARN, AUDIT, PASS, SKIP = Result.FAIL, Result.ERROR, Result.WARN, Result.AUDIT, Result.PASS, Result.SKIP
 
@@ -63,7 +64,9 @@ document.querySelectorAll('table.sortable th').forEach(function(th, col){
 
 
 class HtmlReport:
-    def __init__(self, out: TextIO) -> None:
+    shows_diffs, takes_entries = True, False
+
+    def __init__(self, out: TextIO, options: ReportOptions) -> None:
         self.out = out
         self.rows: list[tuple[str, str, str, str, str, str, int, str]] = []
         self.dropped = 0

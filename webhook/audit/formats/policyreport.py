@@ -24,6 +24,7 @@ from webhook.kubeyaml.styles import POLICY_REPORT
 
 from ..results import ObjectResult, Tally, text
 from ..sources import InputProblem
+from . import ReportOptions
 
 API_VERSION = "wgpolicyk8s.io/v1alpha2"
 REPORT_NAME = "gpu-webhook-audit"
@@ -229,9 +230,15 @@ def _item(mapping: dict[str, Any], first: bool = False) -> str:
 class PolicyReportReport:
     """--output policyreport: the reports as a YAML stream, ready for `kubectl apply -f -`."""
 
-    def __init__(self, out: TextIO, actions: Mapping[str, Action]) -> None:
+    shows_diffs = takes_entries = False
+
+    def __init__(self, out: TextIO, options: ReportOptions) -> None:
         self.out = out
-        self.builder = PolicyReportBuilder(actions)
+        self.builder = PolicyReportBuilder(options.actions)
+
+    def reports(self) -> Iterator[dict[str, Any]]:
+        """The PolicyReport documents written (audit --apply writes them to the cluster too)."""
+        return self.builder.reports()
 
     def add(self, result: ObjectResult) -> None:
         self.builder.add(result)

@@ -24,6 +24,7 @@ from webhook.kubeyaml import plain_yaml
 
 from ..results import ObjectResult, Tally
 from ..sources import InputProblem
+from . import ReportOptions
 
 
 def problem_entry(problem: InputProblem) -> dict[str, str]:
@@ -130,7 +131,9 @@ class JsonEntries:
 
 
 class JsonReport:
-    def __init__(self, out: TextIO) -> None:
+    shows_diffs = takes_entries = True
+
+    def __init__(self, out: TextIO, options: ReportOptions) -> None:
         self.out = out
         self.first = True
         self.pending: list[bytes] = []
@@ -168,7 +171,9 @@ class JsonReport:
 
 
 class YamlReport:
-    def __init__(self, out: TextIO) -> None:
+    shows_diffs, takes_entries = True, False
+
+    def __init__(self, out: TextIO, options: ReportOptions) -> None:
         self.out = out
         self.first = True
         self.problems: list[InputProblem] = []

@@ -16,14 +16,18 @@ from webhook.engine import SEVERITY, Result
 
 from ..results import ObjectResult, Tally, text
 from ..sources import InputProblem
+from . import ReportOptions
 
 _LABEL = {Result.FAIL: "DENY", Result.ERROR: "ERROR", Result.WARN: "WARN", Result.AUDIT: "AUDIT"}
 
 
 class TableReport:
-    def __init__(self, out: TextIO, details: bool = True) -> None:
+    takes_entries = False
+
+    def __init__(self, out: TextIO, options: ReportOptions) -> None:
         self.out = out
-        self.details = details
+        self.details = options.details
+        self.shows_diffs = options.details  # the summaries alone show no object
 
     def problem(self, problem: InputProblem) -> None:
         if self.details:
