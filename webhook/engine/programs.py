@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from .cel import CelEvaluationError, CompiledExpression, plain_result
@@ -21,7 +20,7 @@ from .facts import WorkingCopy
 from .limits import Budget
 from .pointer import get_path, is_map
 from .policy import Rule
-from .projection import NAMESPACE_VARIABLES, Projection
+from .projection import NAMESPACE_VARIABLES, FusedProgram, Projection
 from .reads import Tree, project
 from .request import AdmissionInput, default_priority_class
 from .ruleset import RuleSet
@@ -55,19 +54,6 @@ FUSED_PROGRAMS_LIMIT = 64
 # rule's text can mean this binding)
 _FUSED_CONDITION = "gwFusedCondition"
 _MISSING = object()
-
-
-@dataclass(frozen=True, slots=True)
-class FusedProgram:
-    """Several expressions of one phase as one CEL program: `[[c, c == true ? dyn(v) : false], [v], [c], ...]`.
-
-    `members` says, per list item, which expression ids sit in it: (condition id, validation id),
-    0 where the item has none. A validation behind a condition runs only when the condition gives
-    true (the CEL conditional does not evaluate the other branch), as the rule itself would.
-    """
-
-    program: Any
-    members: tuple[tuple[int, int], ...]
 
 
 class Programs:
