@@ -11,12 +11,15 @@ in), request.py (what a door hands evaluate), decision.py (what comes out), eval
 run), matching.py, facts.py (the working copy), programs.py (how the CEL runs), projection.py,
 limits.py, ratcheting.py (ratcheting's fields), loader.py, ruleset.py, schema.py, workloads.py (the
 kind table), overlays.py (site overlays on the rule documents), exceptions.py (GPUPolicyException),
-mutate.py (the mutation registry), patch.py, pointer.py, resources.py, quantity.py,
-cel.py, celsyntax.py, celhelpers.py.
+mutate.py (the mutation registry), patch.py, pointer.py, resources.py, cel.py (the CEL runtime).
+The CEL text utilities and quantities are below the engine, in webhook.cel.
 """
 
-from . import celhelpers, celsyntax
-from .cel import CompiledExpression, plain_result
+from webhook.cel import celhelpers, celsyntax
+from webhook.cel.quantity import QuantityError, parse_quantity, quantity_of
+from webhook.cel.results import plain_result
+
+from .cel import CompiledExpression
 from .decision import (
     NO_NAMESPACE_CONTEXT,
     SEVERITY,
@@ -57,7 +60,6 @@ from .paramtypes import inferred_schema as inferred_params_schema
 from .paramtypes import type_error as param_type_error
 from .pointer import is_map
 from .policy import Action, KindApi, LabelSelector, LoadError, Rule, RuleLoadError, SourceLocation
-from .quantity import QuantityError, parse_quantity, quantity_of
 from .ratcheting import top_level
 from .request import (
     DEFAULT_LIMITS,

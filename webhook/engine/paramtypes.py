@@ -21,7 +21,8 @@ from typing import Any
 from cel_expr_python import cel
 from jsonschema import Draft202012Validator
 
-from . import celsyntax
+from webhook.cel import celsyntax
+
 from .cel import CelCompileError, CelEnvironment
 from .resources import DEFAULT
 

@@ -14,14 +14,16 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .cel import CelEvaluationError, CompiledExpression, plain_result
+from webhook.cel.reads import Tree, project
+from webhook.cel.results import plain_result
+
+from .cel import CelEvaluationError, CompiledExpression
 from .decision import RuleError
 from .facts import WorkingCopy
 from .limits import Budget
 from .pointer import get_path, is_map
 from .policy import Rule
 from .projection import NAMESPACE_VARIABLES, FusedProgram, Projection
-from .reads import Tree, project
 from .request import AdmissionInput, default_priority_class
 from .ruleset import RuleSet
 from .workloads import Target
@@ -191,7 +193,7 @@ class Programs:
             if condition_id and validation_id:
                 items.append(
                     # dyn(): the checker wants one type for both branches, and any condition type may meet
-                    # `true`. Not null in the other branch: nothing to give back to None (cel.plain_result)
+                    # `true`. Not null in the other branch: nothing to give back to None (webhook/cel/results.py)
                     f"cel.bind({_FUSED_CONDITION}, dyn({texts[condition_id]}), "
                     f"[{_FUSED_CONDITION}, {_FUSED_CONDITION} == true ? dyn({texts[validation_id]}) : false])"
                 )

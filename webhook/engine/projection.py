@@ -1,7 +1,7 @@
 """What one set of candidate rules in one phase hands CEL: `Projection`, made once per rule set.
 
 `projection_for` gives, per (kind, operation) of the rule set and phase, the merged read trees
-of the candidates' expressions (reads.py), the rules the run loops over, and what the CEL
+of the candidates' expressions (webhook/cel/reads.py), the rules the run loops over, and what the CEL
 programs keep for them (programs.py).
 """
 
@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .reads import Tree, merge
+from webhook.cel.reads import Tree, merge
+
 from .request import Phase
 
 if TYPE_CHECKING:
