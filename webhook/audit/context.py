@@ -19,15 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from webhook.engine import (
-    EXCEPTION_KIND,
-    AdmissionInput,
-    ClusterSource,
-    PolicyException,
-    RuleLoadError,
-    is_map,
-    parse_exception,
-)
+from webhook.engine import AdmissionInput, ClusterSource, PolicyException, RuleLoadError, is_map, parse_exception
+from webhook.engine.documents import EXCEPTION_KIND
 
 DEFAULT_NAMESPACE = "default"  # what kubectl uses when neither -n nor the kubeconfig context names one
 

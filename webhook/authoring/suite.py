@@ -22,8 +22,6 @@ import yaml
 
 from webhook.audit.context import NamespaceContext
 from webhook.engine import (
-    EXCEPTION_KIND,
-    TEST_KIND,
     AdmissionInput,
     Decision,
     LoadError,
@@ -39,6 +37,7 @@ from webhook.engine import (
     parse_time,
     rule_files,
 )
+from webhook.engine.documents import EXCEPTION_KIND, TEST_KIND
 from webhook.kubeyaml import Document, YamlError, load_documents
 
 from .suiteschema import schema_problems

@@ -301,7 +301,7 @@ def rules_configmap(rules: list[str] | str) -> dict[str, Any]:
 
 
 def _only_test_suites(text: str) -> bool:
-    from webhook.engine import TEST_KIND
+    from webhook.engine.documents import TEST_KIND
     from webhook.kubeyaml import document_kinds
 
     return TEST_KIND in text and set(document_kinds(text)) == {TEST_KIND}

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 
 import yaml
 
-from webhook.engine import OVERLAY_KIND, POLICY_KIND
+from webhook.engine.documents import OVERLAY_KIND, POLICY_KIND
 from webhook.kubeyaml import plain_documents
 
 

@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.engine import API_VERSION, SCHEMAS
+from webhook.engine.documents import API_VERSION, SCHEMAS
 
 GROUP, VERSION = API_VERSION.split("/")
 CATEGORY = "gpu-webhook"  # `kubectl get gpu-webhook` lists every policy object

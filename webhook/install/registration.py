@@ -33,7 +33,6 @@ from typing import Any
 from webhook.engine import (
     BY_KIND,
     KINDS,
-    TEST_KIND,
     WORKLOAD_KINDS,
     Accelerators,
     KindApi,
@@ -42,8 +41,8 @@ from webhook.engine import (
     RuleSet,
     WorkloadKind,
     compile_documents,
-    top_level,
 )
+from webhook.engine.documents import TEST_KIND
 from webhook.install.crds import GROUP as CRD_GROUP
 from webhook.install.crds import RESOURCES as POLICY_RESOURCES
 from webhook.install.crds import VERSION as CRD_VERSION
@@ -219,6 +218,11 @@ def _group_order(item: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], 
 
 
 # -- matchConditions ------------------------------------------------------------------------------
+
+
+def top_level(fields: Iterable[tuple[str, ...]]) -> set[tuple[str, ...]]:
+    """The fields as the registration compares them: `spec` whole, `metadata.<field>`, other top-level fields."""
+    return {path[:2] if path[0] == "metadata" else path[:1] for path in fields}
 
 
 def watched_fields(rules: Iterable[Rule]) -> list[tuple[str, ...]] | None:

@@ -24,14 +24,8 @@ from urllib.parse import quote
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from webhook.engine import (
-    API_VERSION,
-    AdmissionInput,
-    PolicyException,
-    RuleLoadError,
-    parse_exception,
-    priority_class_table,
-)
+from webhook.engine import AdmissionInput, PolicyException, RuleLoadError, parse_exception, priority_class_table
+from webhook.engine.documents import API_VERSION
 from webhook.install.crds import EXCEPTION, MAX_EXCEPTIONS_PER_NAMESPACE
 
 from .connect import ClusterError

@@ -31,7 +31,8 @@ from typing import Any, Protocol
 import orjson
 from kubernetes.client import ApiClient
 
-from webhook.engine import API_VERSION, LoadError
+from webhook.engine import LoadError
+from webhook.engine.documents import API_VERSION
 from webhook.install.crds import BY_KIND
 from webhook.kube import rest
 from webhook.kube.background import BackgroundThread
