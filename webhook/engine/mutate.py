@@ -10,7 +10,7 @@ schema of its arguments, the builder, where CEL sits in its arguments and exampl
 loader builds from it, the rule JSON Schema (schema.py) and lint's CEL checks read it, and
 tests/engine/test_mutation_registry.py checks every entry (examples valid, idempotent, CEL
 fields = what the builder compiles, a row in docs/authoring.md). A new mutation: a class
-here with `name`, `apply` and `cel`, plus its MutationKind in MUTATIONS.
+here with `name`, `apply`, `cel` and `view`, plus its MutationKind in MUTATIONS.
 """
 
 from __future__ import annotations
