@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.reviews import bodies, namespace, write_generated_rules
-from webhook.engine import DEFAULT_LIMITS, ClusterContext, Mode, Phase, RuleSet, evaluate, load_rules
+from webhook.engine import ClusterContext, Limits, Mode, Phase, RuleSet, evaluate, load_rules
 from webhook.server.admission import build_response, parse_review
 from webhook.server.context import Snapshot
 from webhook.server.pipeline import DecideConfig, Problem, decide
@@ -70,7 +70,7 @@ def handler_costs(ruleset: RuleSet, workload: str, iterations: int = 2000) -> di
     context = Snapshot("team-a", None if plain else namespace(), cluster)
     out: dict[str, float] = {}
     for endpoint, phase in (("mutate", Phase.MUTATE), ("validate", Phase.VALIDATE)):
-        config = DecideConfig(phase, Mode.ENFORCE, DEFAULT_LIMITS)
+        config = DecideConfig(phase, Mode.ENFORCE, Limits())
         body = bodies(workload, endpoint)[0]
         first = decide(ruleset, config, body, endpoint, context.input_for)
         if isinstance(first, Problem) or first.rule_errors or first.outcome == "error":
@@ -95,7 +95,7 @@ def cold_handler_costs(ruleset: RuleSet, workload: str, iterations: int = 300) -
     fills = (bytes(EVICT_BYTES), b"\xff" * EVICT_BYTES)
     out: dict[str, float] = {}
     for endpoint, phase in (("mutate", Phase.MUTATE), ("validate", Phase.VALIDATE)):
-        config = DecideConfig(phase, Mode.ENFORCE, DEFAULT_LIMITS)
+        config = DecideConfig(phase, Mode.ENFORCE, Limits())
         body = bodies(workload, endpoint)[0]
         samples = []
         for round_ in range(iterations):

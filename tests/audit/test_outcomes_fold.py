@@ -12,17 +12,8 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from webhook.engine import (
-    NO_NAMESPACE_CONTEXT,
-    SEVERITY,
-    Action,
-    Decision,
-    EvaluationError,
-    Result,
-    RuleOutcome,
-    RuleTrace,
-    Violation,
-)
+from webhook.engine import NO_NAMESPACE_CONTEXT, SEVERITY, Action, Decision, Result, RuleOutcome
+from webhook.engine.decision import EvaluationError, RuleTrace, Violation
 
 _ACTION_RESULT = {Action.DENY: Result.FAIL, Action.WARN: Result.WARN, Action.AUDIT: Result.AUDIT}
 

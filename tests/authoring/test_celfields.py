@@ -7,7 +7,7 @@ import pytest
 from tests.authoring.conftest import REPO, RULES
 from webhook.authoring.celfields import field_problems, scope_for
 from webhook.authoring.lint import document_cel_texts
-from webhook.engine.celsyntax import CelSyntaxError, parse
+from webhook.cel.celsyntax import CelSyntaxError, parse
 from webhook.kubeyaml import load_documents, plain_documents
 
 POD_RULE = scope_for(["Pod"], autogen=True)

@@ -9,7 +9,8 @@ from jsonschema import Draft202012Validator
 
 from tests.authoring.conftest import RULES
 from webhook.authoring.schemas import FILES, SHIPPED, render
-from webhook.engine import POLICY_SCHEMA, TEST_SCHEMA
+from webhook.engine.documents import TEST_SCHEMA
+from webhook.engine.schema import POLICY_SCHEMA
 
 
 def test_shipped_files_match_the_loader_schema():

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from tests.support import REPO
-from webhook.engine import SCHEMAS
+from webhook.engine.documents import SCHEMAS
 from webhook.install import crds as generator
 from webhook.install.crds import RESOURCES, base_yaml, crds, structural, unbounded
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.support import EXAMPLES, gpu_pod
+from webhook.cel.celhelpers import rewrite
 from webhook.engine import AdmissionInput, evaluate, load_rules
 from webhook.engine.cel import CelEnvironment
-from webhook.engine.celhelpers import rewrite
 from webhook.engine.facts import TargetFacts, pod_containers
 from webhook.engine.resources import DEFAULT
 from webhook.engine.workloads import get_path, object_target, pod_template_targets

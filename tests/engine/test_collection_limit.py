@@ -1,5 +1,5 @@
 """The collection limit refuses only an expression that would map or filter a collection over it
-(webhook/engine/limits.py), and iterated.py names which collections a CEL text maps or filters."""
+(webhook/engine/limits.py), and webhook/cel/iterated.py names which collections a CEL text maps or filters."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from tests.support import cpu_pod
+from webhook.cel.iterated import SAFE, UNKNOWN, sources
 from webhook.engine import AdmissionInput, Limits, evaluate, load_rules
-from webhook.engine.iterated import SAFE, UNKNOWN, sources
 
 POLICY = """
 apiVersion: gpu-webhook.io/v1alpha1

@@ -10,9 +10,9 @@ from types import MappingProxyType
 import jsonpatch
 import pytest
 
+from webhook.cel.quantity import QuantityError, parse_quantity
 from webhook.engine.patch import PatchConflict, Patcher
 from webhook.engine.pointer import is_map, to_pointer
-from webhook.engine.quantity import QuantityError, parse_quantity
 from webhook.engine.resources import DEFAULT, Accelerators
 
 

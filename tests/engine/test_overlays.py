@@ -6,8 +6,9 @@ from typing import Any
 
 import yaml
 
-from webhook.engine import OVERLAID_BY, Action, AdmissionInput, evaluate
+from webhook.engine import Action, AdmissionInput, evaluate
 from webhook.engine.loader import compile_documents
+from webhook.engine.overlays import OVERLAID_BY
 from webhook.kubeyaml import load_documents
 
 PACK = """

@@ -1,7 +1,7 @@
 """CEL variables cut down to the fields rules read: the same answers as the whole objects.
 
 The runtime converts each variable deeply on first use; the engine hands it only what some
-candidate rule's expressions can read (webhook/engine/reads.py). Every rule below reads
+candidate rule's expressions can read (webhook/cel/reads.py). Every rule below reads
 its object in a way the projection must keep whole or in part, and must decide exactly as
 it would on the whole object.
 """
@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from tests.support import gpu_pod, load_rule_text
+from webhook.cel.reads import read_paths
 from webhook.engine import AdmissionInput, evaluate
-from webhook.engine.reads import read_paths
 
 
 def _rule(name: str, expression: str, kinds: str = "[Pod]") -> str:

@@ -15,9 +15,9 @@ from typing import Any
 
 from webhook.engine import AdmissionInput, RuleSet, evaluate
 from webhook.engine.loader import compile_documents
-from webhook.engine.ratcheting import rule_inputs, top_level, unchanged
+from webhook.engine.ratcheting import rule_inputs, unchanged
 from webhook.engine.workloads import Target
-from webhook.install.registration import watched_fields
+from webhook.install.registration import top_level, watched_fields
 from webhook.kubeyaml import load_documents
 
 NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a", "labels": {}}}

@@ -1,5 +1,5 @@
 """The collection limit through the server's handlers (pytest-aiohttp): it refuses what is costly to
-evaluate and nothing else (webhook/engine/limits.py, iterated.py).
+evaluate and nothing else (webhook/engine/limits.py, webhook/cel/iterated.py).
 
 A list no rule maps or filters (a Job's 1,200 arguments, a pod's 5,000 labels) is converted and
 walked in linear time: the object is admitted under failurePolicy Fail whatever its shape. A list

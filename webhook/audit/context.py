@@ -24,15 +24,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from webhook.engine import (
-    EXCEPTION_KIND,
-    AdmissionInput,
-    ClusterSource,
-    PolicyException,
-    RuleLoadError,
-    is_map,
-    parse_exception,
-)
+from webhook.engine import AdmissionInput, ClusterSource, PolicyException, RuleLoadError, is_map, parse_exception
+from webhook.engine.documents import EXCEPTION_KIND
 
 from .sources import manifest_files, read_namespaces
 

@@ -16,7 +16,6 @@ from operator import attrgetter
 from typing import Any
 
 from webhook.engine import (
-    DEFAULT_LIMITS,
     NO_NAMESPACE_CONTEXT,
     SEVERITY,
     Limits,
@@ -48,7 +47,7 @@ _SIGNATURES = 1 << 12  # distinct sequences of outcomes kept before they are fol
 # The server's per-request time budget guards it against costly objects; offline, a report must
 # not depend on how busy the machine is (a loaded CI runner turned passes into errors), so audit
 # keeps the collection limit and drops the clock.
-AUDIT_LIMITS = Limits(time_budget=None, max_collection=DEFAULT_LIMITS.max_collection)
+AUDIT_LIMITS = Limits(time_budget=None, max_collection=Limits().max_collection)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ always false) on the first real request. Here a small CEL parser builds just eno
 a syntax tree to follow selections from the known variables (and the variables that
 `all`/`exists`/`filter`/`map` bind over their lists) through the Pod field list of
 `podfields`, and reports the first field that does not exist, with its offset in the
-expression text. The parser is the engine's CEL syntax module (engine/celsyntax.py).
+expression text. The parser is the one CEL syntax module (webhook/cel/celsyntax.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field, replace
 
-from webhook.engine import celsyntax
+from webhook.cel import celsyntax
 
 from .podfields import (
     ANY,

@@ -25,25 +25,21 @@ from typing import Any
 
 import jsonpatch
 
+from webhook.cel import celsyntax
 from webhook.engine import (
-    API_VERSION,
     KIND_TABLE,
     MUTATIONS,
-    POLICY_KIND,
-    TEST_KIND,
     AdmissionInput,
     LoadError,
+    ParamTypes,
     Phase,
     RuleSet,
     SourceLocation,
-    celsyntax,
     evaluate,
-    inferred_params_schema,
     load_rules,
-    param_cel_types,
-    param_type_error,
     rule_files,
 )
+from webhook.engine.documents import API_VERSION, POLICY_KIND, TEST_KIND
 from webhook.kubeyaml import Document, YamlError, load_documents
 
 from .celfields import field_problems, reads_object_kind, scope_for
@@ -254,11 +250,10 @@ def _param_type_errors(document: Document, env: Any) -> Iterator[LoadError]:
         return
     params = given if isinstance(given := spec.get("params"), Mapping) else {}
     declared = spec.get("paramsSchema")
-    schema = declared if isinstance(declared, Mapping) else inferred_params_schema(params)
-    types = param_cel_types(schema)
+    types = ParamTypes.of(params, declared if isinstance(declared, Mapping) else None)
     origin = "spec.paramsSchema" if isinstance(declared, Mapping) else "the types of spec.params"
     for path, text in document_cel_texts(document.data):
-        error = param_type_error(env, text, types)
+        error = types.error(env, text)
         if error is None:
             continue
         offset = _offset(text, error.line, error.column)

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from webhook.engine import CONFIG_KIND, EXCEPTION_KIND, OVERLAY_KIND, POLICY_KIND, SCHEMAS, TEST_KIND
+from webhook.engine.documents import CONFIG_KIND, EXCEPTION_KIND, OVERLAY_KIND, POLICY_KIND, SCHEMAS, TEST_KIND
 
 SHIPPED = Path(__file__).resolve().parents[1] / "schemas"
 FILES = {

@@ -20,8 +20,6 @@ from typing import Any
 
 from webhook.audit.context import NamespaceContext
 from webhook.engine import (
-    EXCEPTION_KIND,
-    TEST_KIND,
     AdmissionInput,
     Decision,
     LoadError,
@@ -37,6 +35,7 @@ from webhook.engine import (
     parse_time,
     rule_files,
 )
+from webhook.engine.documents import EXCEPTION_KIND, TEST_KIND
 from webhook.kubeyaml import Document, ParseError, YamlError, kubectl_documents, load_documents, styles
 
 from .suiteschema import schema_problems

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from jsonschema import Draft202012Validator
 
-from webhook.engine import TEST_SCHEMA, LoadError, SourceLocation
+from webhook.engine import LoadError, SourceLocation
+from webhook.engine.documents import TEST_SCHEMA
 from webhook.kubeyaml import Document
 
 _VALIDATOR = Draft202012Validator(TEST_SCHEMA)

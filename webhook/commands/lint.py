@@ -50,7 +50,8 @@ def _counts(paths: list[str]) -> tuple[int, int, int, int]:
 
     Read from the YAML node tree, kinds only: the rules have just loaded without a problem, so this
     is what the loader counted, without compiling them a second time."""
-    from webhook.engine import EXCEPTION_KIND, OVERLAY_KIND, POLICY_KIND, rule_files
+    from webhook.engine import rule_files
+    from webhook.engine.documents import EXCEPTION_KIND, OVERLAY_KIND, POLICY_KIND
     from webhook.kubeyaml import document_kinds
 
     kinds = [document_kinds(Path(file).read_text(encoding="utf-8")) for file in rule_files(paths)]

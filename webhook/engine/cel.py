@@ -10,7 +10,6 @@ is compiled twice: the author's text for diagnostics and types, the rewritten te
 
 from __future__ import annotations
 
-import ctypes
 import math
 import re
 from collections.abc import Mapping
@@ -20,8 +19,10 @@ from typing import Any
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_strings
 
-from . import celhelpers, celsyntax, reads
-from .quantity import QuantityError, parse_quantity, quantity_of
+from webhook.cel import celhelpers, celsyntax, reads
+from webhook.cel.quantity import QuantityError, parse_quantity, quantity_of
+from webhook.cel.results import plain_result
+
 from .resources import Accelerators
 
 VARIABLES = (
@@ -110,41 +111,6 @@ class CompiledExpression:
         if type(value) is str and result.type() == cel.Type.ERROR:
             raise CelEvaluationError(_clean(value))
         return value
-
-
-_incref = ctypes.pythonapi.Py_IncRef
-_incref.argtypes = [ctypes.py_object]
-
-
-def plain_result(result: Any) -> Any:
-    """`result.plain_value()`, with the reference to None that cel-expr-python 0.1.3 drops given back.
-
-    Its plain_value() releases None once for every null in the value it returns without taking a
-    reference first; on Python 3.11 (the image's) None is not immortal, so a few thousand null
-    results (a mutation expression giving null, a list with a null) end the process with
-    "Fatal Python error: none_dealloc". Each null taken is given back here.
-    """
-    value = result.plain_value()
-    if value is None or type(value) is list or type(value) is dict:
-        for _ in range(_nulls(value)):
-            _incref(None)
-    return value
-
-
-def _nulls(value: Any) -> int:
-    """How many None a plain value holds (CEL map keys are never null)."""
-    if value is None:
-        return 1
-    count = 0
-    stack = [value]
-    while stack:  # no call per nested list: a fused program's result is a list of small lists
-        node = stack.pop()
-        for item in node.values() if type(node) is dict else node:
-            if item is None:
-                count += 1
-            elif (type(item) is list or type(item) is dict) and item:
-                stack.append(item)
-    return count
 
 
 class CelEnvironment:

@@ -12,10 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.cel.quantity import quantity_of
+
 from .patch import Patcher
 from .pointer import is_map, to_pointer
 from .policy import Rule
-from .quantity import quantity_of
 from .request import AdmissionInput
 from .resources import NO_CLAIMS, Accelerators, PodClaims
 from .workloads import Target, get_path, object_target, pod_spec_paths, pod_template_targets

@@ -20,9 +20,10 @@ from typing import Any
 
 import orjson
 
+from webhook.cel.iterated import UNKNOWN, Pattern, sources
+
 from .cel import ITERATION_BUDGET, CompiledExpression
 from .decision import RuleError
-from .iterated import UNKNOWN, Pattern, sources
 from .pointer import Path, get_path
 from .request import Limits
 from .workloads import Target

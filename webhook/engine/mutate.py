@@ -10,7 +10,7 @@ schema of its arguments, the builder, where CEL sits in its arguments and exampl
 loader builds from it, the rule JSON Schema (schema.py) and lint's CEL checks read it, and
 tests/engine/test_mutation_registry.py checks every entry (examples valid, idempotent, CEL
 fields = what the builder compiles, a row in docs/authoring.md). A new mutation: a class
-here with `name`, `apply` and `cel`, plus its MutationKind in MUTATIONS.
+here with `name`, `apply`, `cel` and `view`, plus its MutationKind in MUTATIONS.
 """
 
 from __future__ import annotations
@@ -62,6 +62,27 @@ class Mutation(Protocol):
     def cel(self) -> tuple[CompiledExpression, ...]:
         """The compiled CEL this mutation evaluates (the loader type-checks it; evaluate reads its references)."""
         ...
+
+    def view(self) -> MutationView:
+        """What it writes, from what, as data: how a door that translates mutations (export) reads one."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class MutationView:
+    """A mutation as data. `name` is its MUTATIONS name; the fields it has no use for keep their defaults."""
+
+    name: str
+    field: str = ""  # the field it writes: labels, annotations, priorityClassName, schedulerName
+    # addToleration's toleration, requireNodeAffinity's node requirement; None with a byResourcePrefix table
+    arguments: Mapping[str, Any] | None = None
+    by_resource_prefix: bool = False  # its arguments come per pod spec from a byResourcePrefix table
+    value: str | None = None  # the value it writes (setPriorityClassName, setQueueName, ...), or
+    expression: CompiledExpression | None = None  # the CEL that computes it
+    values: tuple[tuple[str, str], ...] = ()  # setLabels / setAnnotations: key -> value, and
+    expressions: tuple[tuple[str, CompiledExpression], ...] = ()  # key -> the CEL that computes the value
+    override: bool = False  # replaces an existing different value
+    value_pattern: re.Pattern[str] | None = None  # what a written value must match (a label value, a queue name)
 
 
 class _NoCel:
@@ -183,6 +204,9 @@ class AddToleration(_NoCel):
             return cls(None, ByResource.table(spec["byResourcePrefix"], _toleration))
         return cls(_toleration(spec))
 
+    def view(self) -> MutationView:
+        return MutationView(self.name, arguments=self.toleration, by_resource_prefix=bool(self.table))
+
     def apply(self, ctx: MutationContext) -> None:
         for spec_path in ctx.target.pod_specs:
             for toleration in _wanted(ctx, spec_path, self.toleration, self.table):
@@ -236,6 +260,9 @@ class RequireNodeAffinity(_NoCel):
         if "byResourcePrefix" in spec:
             return cls(None, ByResource.table(spec["byResourcePrefix"], _requirement))
         return cls(_requirement(spec))
+
+    def view(self) -> MutationView:
+        return MutationView(self.name, arguments=self.expression, by_resource_prefix=bool(self.table))
 
     def apply(self, ctx: MutationContext) -> None:
         for spec_path in ctx.target.pod_specs:
@@ -303,6 +330,17 @@ class SetMetadata:
     def cel(self) -> tuple[CompiledExpression, ...]:
         return tuple(expression for _, expression in self.expressions)
 
+    def view(self) -> MutationView:
+        pattern = LABEL_VALUE if self.field == "labels" else None
+        return MutationView(
+            self.name,
+            self.field,
+            values=self.values,
+            expressions=self.expressions,
+            override=self.override,
+            value_pattern=pattern,
+        )
+
     def apply(self, ctx: MutationContext) -> None:
         for key, value in self.values:
             self._set(ctx, key, value)
@@ -343,6 +381,9 @@ class SetPodField:
     def cel(self) -> tuple[CompiledExpression, ...]:
         return () if self.expression is None else (self.expression,)
 
+    def view(self) -> MutationView:
+        return MutationView(self.name, self.field, value=self.value, expression=self.expression, override=self.override)
+
     def apply(self, ctx: MutationContext) -> None:
         value = self.value if self.expression is None else ctx.evaluate(self.expression)
         if value is None or value == "":
@@ -382,6 +423,9 @@ class AddEnv(_NoCel):
     value: str
     containers: str
     override: bool
+
+    def view(self) -> MutationView:
+        return MutationView(self.name, value=self.value, override=self.override)  # export refuses it
 
     def apply(self, ctx: MutationContext) -> None:
         # every container chosen before the first edit: an edit makes the target's facts (which
@@ -434,6 +478,9 @@ class Merge(_NoCel):
     schema: ClassVar[dict[str, Any]] = {"type": "object"}
     overlay: Mapping[str, Any]
 
+    def view(self) -> MutationView:
+        return MutationView(self.name)  # an open-ended overlay: export refuses it
+
     def apply(self, ctx: MutationContext) -> None:
         self._merge(ctx, ctx.target.root, self.overlay)
 
@@ -467,6 +514,9 @@ class SetQueueName:
 
     def cel(self) -> tuple[CompiledExpression, ...]:
         return () if self.expression is None else (self.expression,)
+
+    def view(self) -> MutationView:
+        return MutationView(self.name, value=self.value, expression=self.expression, value_pattern=DNS_SUBDOMAIN)
 
     def apply(self, ctx: MutationContext) -> None:
         if ctx.operation != "CREATE":

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from cel_expr_python import cel
 from jsonschema import Draft202012Validator
 
-from . import celsyntax
+from webhook.cel import celsyntax
+
 from .cel import CelCompileError, CelEnvironment
 from .resources import DEFAULT
 
@@ -142,6 +144,21 @@ def _cel_type(node: Any) -> Any:
         values = _cel_type(extra) if isinstance(extra, Mapping) and not node.get("properties") else None
         return cel.Type.Map(cel.Type.STRING, values or cel.Type.DYN)
     return None  # integer and number: the runtime compares int with double, the checker would refuse
+
+
+@dataclass(frozen=True, slots=True)
+class ParamTypes:
+    """The CEL types of a rule's params, for lint: from its spec.paramsSchema, else from its params' values."""
+
+    types: Mapping[str, Any]  # param name -> its CEL type (cel_types)
+
+    @classmethod
+    def of(cls, params: Mapping[str, Any], declared: Mapping[str, Any] | None) -> ParamTypes:
+        return cls(cel_types(declared if declared is not None else inferred_schema(params)))
+
+    def error(self, env: CelEnvironment | None, text: str) -> CelCompileError | None:
+        """The checker's error for `text` with its params typed so (type_error)."""
+        return type_error(env, text, self.types)
 
 
 def type_error(env: CelEnvironment | None, text: str, types: Mapping[str, Any]) -> CelCompileError | None:

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from .cel import CelEvaluationError, CompiledExpression, plain_result
+from webhook.cel.reads import Tree, project
+from webhook.cel.results import plain_result
+
+from .cel import CelEvaluationError, CompiledExpression
 from .decision import RuleError
 from .facts import WorkingCopy
 from .limits import Budget
 from .pointer import get_path, is_map
 from .policy import Rule
-from .projection import NAMESPACE_VARIABLES, Projection
-from .reads import Tree, project
+from .projection import NAMESPACE_VARIABLES, FusedProgram, Projection
 from .request import AdmissionInput, default_priority_class
 from .ruleset import RuleSet
 from .workloads import Target
@@ -55,19 +56,6 @@ FUSED_PROGRAMS_LIMIT = 64
 # rule's text can mean this binding)
 _FUSED_CONDITION = "gwFusedCondition"
 _MISSING = object()
-
-
-@dataclass(frozen=True, slots=True)
-class FusedProgram:
-    """Several expressions of one phase as one CEL program: `[[c, c == true ? dyn(v) : false], [v], [c], ...]`.
-
-    `members` says, per list item, which expression ids sit in it: (condition id, validation id),
-    0 where the item has none. A validation behind a condition runs only when the condition gives
-    true (the CEL conditional does not evaluate the other branch), as the rule itself would.
-    """
-
-    program: Any
-    members: tuple[tuple[int, int], ...]
 
 
 class Programs:
@@ -205,7 +193,7 @@ class Programs:
             if condition_id and validation_id:
                 items.append(
                     # dyn(): the checker wants one type for both branches, and any condition type may meet
-                    # `true`. Not null in the other branch: nothing to give back to None (cel.plain_result)
+                    # `true`. Not null in the other branch: nothing to give back to None (webhook/cel/results.py)
                     f"cel.bind({_FUSED_CONDITION}, dyn({texts[condition_id]}), "
                     f"[{_FUSED_CONDITION}, {_FUSED_CONDITION} == true ? dyn({texts[validation_id]}) : false])"
                 )

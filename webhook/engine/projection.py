@@ -1,7 +1,7 @@
 """What one set of candidate rules in one phase hands CEL: `Projection`, made once per rule set.
 
 `projection_for` gives, per (kind, operation) of the rule set and phase, the merged read trees
-of the candidates' expressions (reads.py), the rules the run loops over, and what the CEL
+of the candidates' expressions (webhook/cel/reads.py), the rules the run loops over, and what the CEL
 programs keep for them (programs.py).
 """
 
@@ -11,13 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .reads import Tree, merge
+from webhook.cel.reads import Tree, merge
+
 from .request import Phase
 
 if TYPE_CHECKING:
     from .cel import CompiledExpression
     from .policy import Rule
-    from .programs import FusedProgram
     from .ruleset import RuleSet
 
 
@@ -26,6 +26,19 @@ if TYPE_CHECKING:
 # An expression that reads nothing but these gives the same answer for every request in one
 # version of a namespace (params and the accelerator table are fixed per rule set).
 NAMESPACE_VARIABLES = frozenset({"namespaceObject", "params", "accelerators"})
+
+
+@dataclass(frozen=True, slots=True)
+class FusedProgram:
+    """Several expressions of one phase as one CEL program (programs.py builds and runs it): `[[c, c == true ? dyn(v) : false], [v], [c], ...]`.
+
+    `members` says, per list item, which expression ids sit in it: (condition id, validation id),
+    0 where the item has none. A validation behind a condition runs only when the condition gives
+    true (the CEL conditional does not evaluate the other branch), as the rule itself would.
+    """
+
+    program: Any
+    members: tuple[tuple[int, int], ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ acts on a target only if the update changed a field it reads (its CEL's paths un
 specs and metadata. So a no-op UPDATE (a finalizer removed, Kueue flipping `spec.suspend` on a
 started Job) gets no patch the apiserver would refuse and no denial for what the object already
 was. The webhook registration skips exactly such UPDATEs at the apiserver (its
-`rule-inputs-changed` matchCondition is built from `top_level` of these fields), so a request the
+`rule-inputs-changed` matchCondition is built from these fields: install/registration.py), so a request the
 apiserver does not send is one the engine would not act on.
 """
 
@@ -45,11 +45,6 @@ def rule_inputs(
                     continue
                 fields.add(path)
     return frozenset(fields)
-
-
-def top_level(fields: Fields) -> set[tuple[str, ...]]:
-    """The fields as the registration compares them: `spec` whole, `metadata.<field>`, other top-level fields."""
-    return {path[:2] if path[0] == "metadata" else path[:1] for path in fields}
 
 
 def unchanged(inputs: Fields | None, target: Target, new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:

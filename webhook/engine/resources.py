@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from . import celsyntax
+from webhook.cel import celsyntax
+from webhook.cel.quantity import MAX_EXPONENT, QuantityError, parse_quantity, quantity_of
+
 from .pointer import is_map
-from .quantity import MAX_EXPONENT, QuantityError, parse_quantity, quantity_of
 
 # Configuration, not code: a GPUWebhookConfig document in the rules directory replaces these lists.
 # Resource names that hand a container accelerator devices, one device per unit: the NVIDIA device

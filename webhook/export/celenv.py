@@ -8,7 +8,7 @@ The equivalence tests evaluate the same programs. What is emulated, and how:
   inlined), variables (the policy's variables, computed in order, as a map);
 - Kubernetes quantity library: `quantity(s)` is represented by its value as a double, so
   `quantity(s).asApproximateFloat()` is exact; `isQuantity(s)`. Only these two forms are
-  generated (nativecel.py), and the Quantity parser is the engine's (engine/quantity.py);
+  generated (nativecel.py), and the Quantity parser is webhook/cel/quantity.py;
 - Kubernetes lists library: `sum()`, `max()` (an error on an empty list, as in Kubernetes),
   `indexOf()` (renamed for this runtime, see LIST_INDEX_OF); MutatingAdmissionPolicy's `jsonpatch.escapeKey()` and `JSONPatch{...}` values
   (rewritten here into maps with the same fields);
@@ -41,7 +41,9 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_strings
 from jsonpointer import escape
 
-from webhook.engine import QuantityError, celsyntax, parse_quantity, plain_result, quantity_of
+from webhook.cel import celsyntax
+from webhook.cel.quantity import QuantityError, parse_quantity, quantity_of
+from webhook.cel.results import plain_result
 
 VARIABLES = ("object", "oldObject", "request", "namespaceObject", "params", "variables")
 # how patch.py writes JSONPatch values: the newline before each field cannot occur inside a CEL string
@@ -235,7 +237,7 @@ class NativeEnvironment:
         result = program.eval(data={name: variables.get(name) for name in VARIABLES})
         if result.type() == cel.Type.ERROR:
             raise EvaluationFailed(str(result.value()))
-        return plain_result(result)  # not plain_value(): see engine/cel.plain_result
+        return plain_result(result)  # not plain_value(): see webhook/cel/results.py
 
 
 def _compiled(env: Any, source: str) -> Any:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from webhook.engine import celsyntax
+from webhook.cel import celsyntax
 
 PER_CALL_LIMIT = 1_000_000
 POLICY_BUDGET = 10_000_000

@@ -41,7 +41,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from webhook.engine import celsyntax
+from webhook.cel import celsyntax
 
 from .cost import POLICY_BUDGET, estimate
 from .nativecel import string_literal

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from webhook.engine import OVERLAY_KIND, POLICY_KIND
+from webhook.engine.documents import OVERLAY_KIND, POLICY_KIND
 from webhook.kubeyaml import plain_documents, styles
 
 

@@ -1,6 +1,7 @@
 """Engine mutations -> MutatingAdmissionPolicy JSONPatch expressions with the same idempotence.
 
-Each engine mutation (engine/mutate.py) becomes one or more MAP `mutations` entries. The
+Each engine mutation becomes one or more MAP `mutations` entries, translated from its data view
+(`Mutation.view()`) by its registry name (TRANSLATIONS). The
 apiserver evaluates a policy's mutations in order, each against the object as the previous
 ones left it (mutating/dispatcher.go), so a later entry sees an earlier one's labels map and
 adds to it instead of replacing it. Every expression is guarded the way the engine's
@@ -15,22 +16,12 @@ per target (addEnv: one per container) or an open-ended overlay (merge) is refus
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from jsonpointer import escape
 
-from webhook.engine import (
-    DNS_SUBDOMAIN,
-    LABEL_VALUE,
-    AddToleration,
-    Mutation,
-    RequireNodeAffinity,
-    SetMetadata,
-    SetPodField,
-    SetQueueName,
-    mutation_name,
-)
+from webhook.engine import MutationView, Rule
 
 from .celenv import JSONPATCH_OPEN, JSONPATCH_PATH, JSONPATCH_VALUE
 from .nativecel import NotNative, Translator, native_literal, string_literal
@@ -38,8 +29,10 @@ from .nativecel import NotNative, Translator, native_literal, string_literal
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 AFFINITY = ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
-# mutations that edit pod specs: they need a target whose pod spec has a known path
-POD_SPEC_MUTATIONS = (AddToleration, RequireNodeAffinity, SetPodField)
+# the translated mutations that edit pod specs: they need a target whose pod spec has a known path
+POD_SPEC_MUTATIONS = frozenset({"addToleration", "requireNodeAffinity", "setPriorityClassName", "setSchedulerName"})
+# the per-vendor table forms, which pick their arguments per pod spec
+BY_RESOURCE_PREFIX = frozenset({"addToleration", "requireNodeAffinity"})
 
 
 def json_patch(op: str, path: str, value: str | None = None) -> str:
@@ -97,46 +90,47 @@ def _checked(value: str, valid: str, patch: str, static: bool | None = None) -> 
     return f"[{patch}][({valid}) ? 0 : int('not a valid label value: ' + {value})]"
 
 
-def _label_value(value: str) -> str:
-    return f"size({value}) <= 63 && {value}.matches({string_literal(LABEL_VALUE.pattern)})"
+def _matches(value: str, pattern: re.Pattern[str]) -> str:
+    """CEL that is true when `value` is at most 63 characters (a label value) and matches `pattern`."""
+    return f"size({value}) <= 63 && {value}.matches({string_literal(pattern.pattern)})"
 
 
-def patches(mutation: Mutation, translator: Translator, targets: str, match: str) -> list[str]:
-    """The MAP JSONPatch expressions for one engine mutation, in order."""
+def _known(static: str | None, pattern: re.Pattern[str]) -> bool | None:
+    """Whether a value known at export time is valid (None: computed at admission)."""
+    return None if static is None else len(static) <= 63 and pattern.match(static) is not None
+
+
+# one target's patch, guarded by what it needs -> the expression over every target
+Each = Callable[[str, str], str]
+
+
+def patches(view: MutationView, translator: Translator, targets: str, match: str) -> list[str]:
+    """The MAP JSONPatch expressions for one engine mutation (its view()), in order."""
     guard = f"({match}) ? " if match else ""
 
     def each(needed: str, patch: str) -> str:
         condition = f"{guard}({needed}) : false" if match else needed
         return f"{targets}.filter(gwT, {condition}).map(gwT, {patch})"
 
-    # the table form (expression None), an empty table included (gpu-node-affinity ships one)
-    if isinstance(mutation, AddToleration | RequireNodeAffinity) and (
-        mutation.table or (mutation.toleration if isinstance(mutation, AddToleration) else mutation.expression) is None
-    ):
+    # the table form (no fixed arguments), an empty table included (gpu-node-affinity ships one)
+    if view.name in BY_RESOURCE_PREFIX and (view.by_resource_prefix or view.arguments is None):
         raise NotNative(
-            f"mutation {mutation_name(mutation)}: byResourcePrefix picks its arguments by the pod's accelerator "
+            f"mutation {view.name}: byResourcePrefix picks its arguments by the pod's accelerator "
             "resource names and claims, which export does not model: the webhook keeps the rule, or give the mutation "
             "fixed arguments (without byResourcePrefix) to export it"
         )
-    if isinstance(mutation, AddToleration):
-        return [_add_toleration(mutation, each)]
-    if isinstance(mutation, RequireNodeAffinity):
-        return [_require_node_affinity(mutation, each)]
-    if isinstance(mutation, SetMetadata):
-        return _set_metadata(mutation, translator, each)
-    if isinstance(mutation, SetPodField):
-        return _set_pod_field(mutation, translator, each)
-    if isinstance(mutation, SetQueueName):
-        return _set_queue_name(mutation, translator, each)
+    translate = TRANSLATIONS.get(view.name)
+    if translate is not None:
+        return translate(view, translator, each)
     raise NotNative(
-        f"mutation {mutation_name(mutation)}: needs several patch operations per pod template, "
+        f"mutation {view.name}: needs several patch operations per pod template, "
         "which a MutatingAdmissionPolicy JSONPatch expression cannot build (no flatten in the apiserver's CEL): "
         "the webhook keeps the rule (nothing to do)"
     )
 
 
-def _add_toleration(mutation: AddToleration, each: Any) -> str:
-    wanted = mutation.toleration
+def _add_toleration(mutation: MutationView, translator: Translator, each: Each) -> list[str]:
+    wanted = mutation.arguments
     assert wanted is not None  # byResourcePrefix tolerations are not native (caller checks)
     o = "gwO"
     key = f"(has({o}.key) && {o}.key != null ? {o}.key : '')"
@@ -155,11 +149,11 @@ def _add_toleration(mutation: AddToleration, each: Any) -> str:
     append = json_patch("add", "gwT.path + '/spec/tolerations/-'", literal)
     create = json_patch("add", "gwT.path + '/spec/tolerations'", f"[{literal}]")
     patch = f"has({spec}.tolerations) ? {append} : {create}"
-    return each(needed, patch)
+    return [each(needed, patch)]
 
 
-def _require_node_affinity(mutation: RequireNodeAffinity, each: Any) -> str:
-    wanted = mutation.expression
+def _require_node_affinity(mutation: MutationView, translator: Translator, each: Each) -> list[str]:
+    wanted = mutation.arguments
     assert wanted is not None  # byResourcePrefix affinities are not native (caller checks)
     values = list(wanted.get("values") or [])
     m = "gwE"
@@ -196,7 +190,7 @@ def _require_node_affinity(mutation: RequireNodeAffinity, each: Any) -> str:
     replace = json_patch("replace", pointer, f"{terms}.map(gwM, {same} ? gwM : ({extended}))")
     create = set_patch(spec, "gwT.path + '/spec'", AFFINITY, f"[{{'matchExpressions': [{literal}]}}]")
     needed = f"{spec} != null && (!({present}) || {terms}.exists(gwM, !{same}))"
-    return each(needed, f"({present}) ? {replace} : {create}[0]")
+    return [each(needed, f"({present}) ? {replace} : {create}[0]")]
 
 
 def _value(mutation_value: str | None, expression: Any, translator: Translator) -> tuple[str, str]:
@@ -212,7 +206,7 @@ def _value(mutation_value: str | None, expression: Any, translator: Translator) 
     return text, f"(dyn({text}) != null && {text} != '')"
 
 
-def _set_metadata(mutation: SetMetadata, translator: Translator, each: Any) -> list[str]:
+def _set_metadata(mutation: MutationView, translator: Translator, each: Each) -> list[str]:
     out = []
     items: list[tuple[str, tuple[str, str], str | None]] = [
         (k, _value(v, None, translator), v) for k, v in mutation.values
@@ -231,14 +225,14 @@ def _set_metadata(mutation: SetMetadata, translator: Translator, each: Any) -> l
         )
         needed = f"{present} && !{stays}"
         patch = f"{set_patch(root, 'gwT.path', ('metadata', field, key), value)}[0]"
-        if field == "labels":
-            known = None if static is None else len(static) <= 63 and LABEL_VALUE.match(static) is not None
-            patch = _checked(value, _label_value(value), patch, known)
+        pattern = mutation.value_pattern  # labels: a label value; annotations: anything
+        if pattern is not None:
+            patch = _checked(value, _matches(value, pattern), patch, _known(static, pattern))
         out.append(each(needed, patch))
     return out
 
 
-def _set_pod_field(mutation: SetPodField, translator: Translator, each: Any) -> list[str]:
+def _set_pod_field(mutation: MutationView, translator: Translator, each: Each) -> list[str]:
     value, present = _value(mutation.value, mutation.expression, translator)
     spec = "gwT.spec"
     field = mutation.field
@@ -262,7 +256,7 @@ def _set_pod_field(mutation: SetPodField, translator: Translator, each: Any) -> 
     return [*removes, sets]
 
 
-def _set_queue_name(mutation: SetQueueName, translator: Translator, each: Any) -> list[str]:
+def _set_queue_name(mutation: MutationView, translator: Translator, each: Each) -> list[str]:
     value, present = _value(mutation.value, mutation.expression, translator)
     root = "gwT.root"
     labelled = (
@@ -271,9 +265,11 @@ def _set_queue_name(mutation: SetQueueName, translator: Translator, each: Any) -
     )
     needed = f"request.operation == 'CREATE' && !({labelled}) && {present}"
     # a LocalQueue name is a DNS-1123 subdomain; the label holds at most 63 characters (engine/mutate.py)
-    valid = f"size({value}) <= 63 && {value}.matches({string_literal(DNS_SUBDOMAIN.pattern)})"
+    pattern = mutation.value_pattern
+    assert pattern is not None  # a DNS-1123 subdomain (engine/mutate.py SetQueueName.view)
+    valid = _matches(value, pattern)
     static = mutation.value if mutation.expression is None else None
-    known = None if static is None else len(static) <= 63 and DNS_SUBDOMAIN.match(static) is not None
+    known = _known(static, pattern)
     label = each(
         needed,
         _checked(value, valid, f"{set_patch(root, 'gwT.path', ('metadata', 'labels', QUEUE_LABEL), value)}[0]", known),
@@ -288,5 +284,17 @@ def _set_queue_name(mutation: SetQueueName, translator: Translator, each: Any) -
     return [suspend, label]
 
 
-def needs_pod_spec_paths(mutations: Sequence[Mutation]) -> bool:
-    return any(isinstance(m, POD_SPEC_MUTATIONS) for m in mutations)
+# registry name (MUTATIONS) -> its translation; a name not here is refused (patches)
+TRANSLATIONS: dict[str, Callable[[MutationView, Translator, Each], list[str]]] = {
+    "addToleration": _add_toleration,
+    "requireNodeAffinity": _require_node_affinity,
+    "setLabels": _set_metadata,
+    "setAnnotations": _set_metadata,
+    "setPriorityClassName": _set_pod_field,
+    "setSchedulerName": _set_pod_field,
+    "setQueueName": _set_queue_name,
+}
+
+
+def needs_pod_spec_paths(rule: Rule) -> bool:
+    return any(m.name in POD_SPEC_MUTATIONS for m in rule.mutations)

@@ -25,7 +25,9 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from webhook.engine import Accelerators, QuantityError, celhelpers, celsyntax, parse_quantity
+from webhook.cel import celhelpers, celsyntax
+from webhook.cel.quantity import QuantityError, parse_quantity
+from webhook.engine import Accelerators
 
 LOOP = "gwT"  # the per-target loop variable of every generated comprehension
 # engine variable -> field of the loop variable (targets.py builds these fields)

@@ -84,8 +84,7 @@ def _texts(rule: Rule) -> list[str]:
     if rule.validate is not None:
         found += [rule.validate.expression, rule.validate.message_expression]
     for mutation in rule.mutations:
-        found.append(getattr(mutation, "expression", None))
-        found += [e for _, e in getattr(mutation, "expressions", ())]
+        found += mutation.cel()
     return [e.text for e in found if isinstance(e, CompiledExpression)]
 
 
@@ -612,7 +611,7 @@ class RuleExporter:
         metadata: dict[str, Any],
         gated: bool = False,
     ) -> dict[str, Any]:
-        if needs_pod_spec_paths(rule.mutations) and any(not k.templates and k.kind != "Pod" for k in kinds):
+        if needs_pod_spec_paths(rule) and any(not k.templates and k.kind != "Pod" for k in kinds):
             raise NotNative(
                 "edits the pod specs of a whole workload object (a workload kind named in match.kinds); only Pods and "
                 "pod templates are exported: the webhook keeps the rule, or leave the workload kinds to autogen "
@@ -621,7 +620,7 @@ class RuleExporter:
         # Mutations read the object as the previous ones left it, so each inlines its targets.
         if gated:  # the decision the first mutation writes (GATE_ANNOTATION)
             match = f"{MARKED_ACTS} && ({match})" if match else MARKED_ACTS
-        probe = [patches(m, self.translator, "gwTARGETS", match) for m in rule.mutations]
+        probe = [patches(m.view(), self.translator, "gwTARGETS", match) for m in rule.mutations]
         flat = [e for group in probe for e in group]
         fields = set().union(*(references(e) for e in flat))
         targets = targets_expression(kinds, fields, self.translator, with_paths=True)

@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.engine import POLICY_RESOURCES, SCHEMAS, PolicyResource
+from webhook.engine.documents import POLICY_RESOURCES, SCHEMAS, PolicyResource
 from webhook.kubeyaml import styles
 
 CATEGORY = "gpu-webhook"  # `kubectl get gpu-webhook` lists every policy object

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from webhook.certs import CA_FILE, CERT_FILE, KEY_FILE, check_bundle
-from webhook.engine import TEST_KIND, rule_files
+from webhook.engine import rule_files
+from webhook.engine.documents import TEST_KIND
 from webhook.kubeyaml import document_kinds
 
 from .kustomize import KustomizeError, build, sort_objects

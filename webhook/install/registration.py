@@ -30,8 +30,6 @@ from typing import Any
 
 from webhook.engine import (
     KIND_TABLE,
-    POLICY_RESOURCES,
-    TEST_KIND,
     Accelerators,
     KindApi,
     Phase,
@@ -39,8 +37,8 @@ from webhook.engine import (
     RuleSet,
     WorkloadKind,
     compile_documents,
-    top_level,
 )
+from webhook.engine.documents import POLICY_RESOURCES, TEST_KIND
 from webhook.kubeyaml import load_documents, styles
 
 MUTATING, VALIDATING = "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"
@@ -212,6 +210,11 @@ def _group_order(item: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], 
 
 
 # -- matchConditions ------------------------------------------------------------------------------
+
+
+def top_level(fields: Iterable[tuple[str, ...]]) -> set[tuple[str, ...]]:
+    """The fields as the registration compares them: `spec` whole, `metadata.<field>`, other top-level fields."""
+    return {path[:2] if path[0] == "metadata" else path[:1] for path in fields}
 
 
 def watched_fields(rules: Iterable[Rule]) -> list[tuple[str, ...]] | None:

@@ -24,17 +24,8 @@ from urllib.parse import quote
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from webhook.engine import (
-    API_VERSION,
-    EXCEPTION_KIND,
-    MAX_EXCEPTIONS_PER_NAMESPACE,
-    POLICY_RESOURCES,
-    AdmissionInput,
-    PolicyException,
-    RuleLoadError,
-    parse_exception,
-    priority_class_table,
-)
+from webhook.engine import AdmissionInput, PolicyException, RuleLoadError, parse_exception, priority_class_table
+from webhook.engine.documents import API_VERSION, EXCEPTION_KIND, MAX_EXCEPTIONS_PER_NAMESPACE, POLICY_RESOURCES
 
 from .connect import ClusterError
 from .policies import PolicyObjectCache

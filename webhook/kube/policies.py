@@ -33,7 +33,7 @@ from typing import Any
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from webhook.engine import OVERLAY_KIND, POLICY_KIND, POLICY_RESOURCES, PolicyResource
+from webhook.engine.documents import OVERLAY_KIND, POLICY_KIND, POLICY_RESOURCES, PolicyResource
 
 from .connect import ClusterError
 from .watchcache import WatchCache, _Gone

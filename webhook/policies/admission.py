@@ -40,14 +40,8 @@ from typing import Any, Protocol
 import orjson
 from aiohttp import web
 
-from webhook.engine import (
-    EXCEPTION_KIND,
-    MAX_EXCEPTIONS_PER_NAMESPACE,
-    POLICY_RESOURCES,
-    LoadError,
-    RuleSet,
-    exception_errors,
-)
+from webhook.engine import LoadError, RuleSet, exception_errors
+from webhook.engine.documents import EXCEPTION_KIND, MAX_EXCEPTIONS_PER_NAMESPACE, POLICY_RESOURCES
 from webhook.install.registration import TIMEOUT_SECONDS
 from webhook.policies.checker import Checker, CheckTimeout
 from webhook.policies.objects import errors_about, policy_object, summary

@@ -36,7 +36,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.engine import OVERLAY_KIND, POLICY_KIND, LoadError, LoadResult, SourceLocation, load_rules
+from webhook.engine import LoadError, LoadResult, SourceLocation, load_rules
+from webhook.engine.documents import OVERLAY_KIND, POLICY_KIND
 
 from .objects import PolicyObject
 

@@ -31,7 +31,8 @@ from typing import Any, Protocol
 import orjson
 from kubernetes.client import ApiClient
 
-from webhook.engine import API_VERSION, POLICY_RESOURCES, LoadError
+from webhook.engine import LoadError
+from webhook.engine.documents import API_VERSION, POLICY_RESOURCES
 from webhook.kube import rest
 from webhook.kube.background import BackgroundThread
 from webhook.policies.objects import PolicyObject, errors_about, summary

@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from webhook.certs import CERT_FILE, KEY_FILE, certificate_not_after
-from webhook.engine import OVERLAY_KIND, POLICY_KIND, LoadError, RuleSet, rule_files
+from webhook.engine import LoadError, RuleSet, rule_files
+from webhook.engine.documents import OVERLAY_KIND, POLICY_KIND
 from webhook.kube.policies import SpecVersion, spec_version
 from webhook.policies.isolation import isolated_load, load_order
 from webhook.policies.objects import PolicyObject, policy_object, summary
