@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.interleaved import print_ratios, time_in_turns
+from webhook.kube.policyobjects import PolicyObject, policy_object
 from webhook.policies.isolation import isolated_load
-from webhook.policies.objects import PolicyObject, policy_object
 
 RULES = str(Path(__file__).resolve().parents[1] / "rules")
 GROUP_VERSION = "gpu-webhook.io/v1alpha1"

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from webhook.engine import load_rules
+from webhook.kube.policyobjects import summary
 from webhook.policies.admission import exception_check, problems
-from webhook.policies.objects import summary
 
 RULES = """\
 apiVersion: gpu-webhook.io/v1alpha1

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from webhook.install.registration import configurations
+from webhook.kube.policyobjects import PolicyObject, policy_object
 from webhook.policies.isolation import isolated_load, load_order
-from webhook.policies.objects import PolicyObject, policy_object
 
 PACK = """\
 apiVersion: gpu-webhook.io/v1alpha1

@@ -25,7 +25,7 @@ import aiohttp
 import pytest
 
 from tests.support import LiveServer, client_ssl, cpu_pod, make_review, wait_for
-from webhook.policies.objects import policy_object
+from webhook.kube.policyobjects import policy_object
 from webhook.policies.status import StatusWriter, replica_entry, same_status, wanted_status
 from webhook.server import Server, ServerConfig
 

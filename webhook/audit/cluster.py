@@ -95,7 +95,7 @@ def policy_documents(api: Api) -> list[Any]:
     with the rule files as the server loads them (none where the CRDs are not installed). ClusterError
     when they cannot be read."""
     from webhook.kube.policies import PolicyCaches
-    from webhook.policies.objects import policy_object
+    from webhook.kube.policyobjects import policy_object
 
     return [policy_object(obj).document for obj in PolicyCaches(api.client).load().objects()]
 

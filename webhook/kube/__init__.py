@@ -1,4 +1,5 @@
-"""Cluster context for the engine, fed by the kubernetes client and read without I/O per request."""
+"""Cluster context for the engine, fed by the kubernetes client and read without I/O per request; the
+policy objects it watches as loader documents (policyobjects.py)."""
 
 from .caches import ClusterCaches, NamespaceCache, PriorityClassCache
 from .connect import ClusterError, connect

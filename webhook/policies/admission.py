@@ -43,8 +43,8 @@ from aiohttp import web
 from webhook.engine import LoadError, RuleSet, exception_errors
 from webhook.engine.documents import EXCEPTION_KIND, MAX_EXCEPTIONS_PER_NAMESPACE, POLICY_RESOURCES
 from webhook.install.registration import TIMEOUT_SECONDS
+from webhook.kube.policyobjects import errors_about, policy_object, summary
 from webhook.policies.checker import Checker, CheckTimeout
-from webhook.policies.objects import errors_about, policy_object, summary
 from webhook.policies.turns import Turns
 from webhook.server.admission import API_VERSION, KIND, ParsedReview, ReviewError, error_response, parse_review
 

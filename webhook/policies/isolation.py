@@ -38,8 +38,7 @@ from typing import Any
 
 from webhook.engine import LoadError, LoadResult, SourceLocation, load_rules
 from webhook.engine.documents import OVERLAY_KIND, POLICY_KIND
-
-from .objects import PolicyObject
+from webhook.kube.policyobjects import PolicyObject
 
 Key = tuple[str, str, str]  # (kind, namespace, name)
 OVERLAID_MARK = f" (with {OVERLAY_KIND} "  # the loader's note on an error in an overlaid rule

@@ -35,7 +35,7 @@ from webhook.engine import LoadError
 from webhook.engine.documents import API_VERSION, POLICY_RESOURCES
 from webhook.kube import rest
 from webhook.kube.background import BackgroundThread
-from webhook.policies.objects import PolicyObject, errors_about, summary
+from webhook.kube.policyobjects import PolicyObject, errors_about, summary
 
 log = logging.getLogger("gpu_webhook.policies")
 READY = "Ready"

@@ -36,8 +36,8 @@ from webhook.certs import CERT_FILE, KEY_FILE, certificate_not_after
 from webhook.engine import LoadError, RuleSet, rule_files
 from webhook.engine.documents import OVERLAY_KIND, POLICY_KIND
 from webhook.kube.policies import SpecVersion, spec_version
+from webhook.kube.policyobjects import PolicyObject, policy_object, summary
 from webhook.policies.isolation import isolated_load, load_order
-from webhook.policies.objects import PolicyObject, policy_object, summary
 from webhook.server.build import BuildGuard
 from webhook.server.memory import settle
 from webhook.server.metrics import Metrics
