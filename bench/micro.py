@@ -26,7 +26,7 @@ from typing import Any
 
 from bench.reviews import bodies, namespace, write_generated_rules
 from webhook.engine import DEFAULT_LIMITS, ClusterContext, Mode, Phase, RuleSet, evaluate, load_rules
-from webhook.server.admission import build_response, parse_review
+from webhook.review import build_response, parse_review
 from webhook.server.context import Snapshot
 from webhook.server.pipeline import DecideConfig, Problem, decide
 

@@ -23,7 +23,7 @@ from webhook.audit.cluster import Api, read_context
 from webhook.audit.context import NamespaceContext
 from webhook.engine import Phase, evaluate, load_rules
 from webhook.kube import ClusterCaches
-from webhook.server.admission import parse_review
+from webhook.review import parse_review
 from webhook.server.context import admission_input
 
 TENANT = "team-llm"

@@ -1,6 +1,6 @@
 """What a door hands evaluate() besides the rule set: the admission, the phase, the mode, the limits.
 
-The server makes an AdmissionInput from the AdmissionReview (webhook.server); every offline door
+The server makes an AdmissionInput from the AdmissionReview (webhook.review); every offline door
 (audit, test, explain, export) uses `AdmissionInput.offline`, the one place that says what the
 apiserver would have sent. `priority_class_table` turns PriorityClass objects into the table
 `AdmissionInput.priority_classes` holds, for the server's cache and the offline doors alike.
@@ -61,7 +61,7 @@ DEFAULT_LIMITS = Limits()
 class AdmissionInput:
     """What any door hands the engine: the AdmissionRequest's facts, already parsed.
 
-    The server builds it from the AdmissionReview (webhook.server.admission's ParsedReview.to_input);
+    The server builds it from the AdmissionReview (webhook.review's ParsedReview.to_input);
     every offline door (audit, test, explain, export) uses `AdmissionInput.offline`, the one place
     that says what the apiserver would have sent, so the doors cannot disagree on `request`.
     """

@@ -3,7 +3,7 @@
 The face is `Server`, `ServerConfig` and `tls_context`; `commands/serve.py` wires them to the
 cluster. Inside, one request goes app.py (the transport: read the body, call the pipeline, map
 its answer to HTTP and metrics) -> pipeline.py (parse the review, add the cluster context,
-evaluate, serialise) -> admission.py (the AdmissionReview v1 contract). Around it: reload.py
+evaluate, serialise) -> webhook.review (the AdmissionReview v1 contract). Around it: reload.py
 (rules and certificate), connections.py (TLS handshakes, idle and connection limits),
 offload.py (large bodies decided in a child process), metrics.py, memory.py, recorder.py,
 workers.py (several processes on one port), registration_sync.py (the live webhook

@@ -26,6 +26,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from webhook.certs import CERT_FILE, KEY_FILE
 from webhook.engine import Limits, Mode, Phase
+from webhook.policies import admission as policy_admission
 from webhook.server.build import BuildGuard
 from webhook.server.connections import GuardedSite, shrink_tls_buffers
 from webhook.server.context import NamespaceSource
@@ -332,8 +333,6 @@ def build_app(state: ServerState, admission: bool = True) -> web.Application:
     if admission:
         for phase, endpoint in ((Phase.MUTATE, "mutate"), (Phase.VALIDATE, "validate")):
             app.router.add_post(f"/{endpoint}", _admission_handler(state.pipeline(phase, endpoint)))
-        from webhook.policies import admission as policy_admission  # it imports webhook.server's parts
-
         observe = functools.partial(state.metrics.observe, "policies")
         limits = policy_admission.limits_of(state.config)
         exceptions = getattr(state.namespaces, "exceptions", None)  # ClusterCaches' GPUPolicyException cache

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from webhook.engine import AdmissionInput, ClusterContext, ClusterSource
-from webhook.server.admission import ParsedReview
+from webhook.review import ParsedReview
 
 
 class NamespaceSource(ClusterSource, Protocol):

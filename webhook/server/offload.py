@@ -27,7 +27,7 @@ import signal
 from typing import Any
 
 from webhook.engine import AdmissionInput, RuleSet
-from webhook.server.admission import ParsedReview
+from webhook.review import ParsedReview
 from webhook.server.context import Snapshot, snapshot
 from webhook.server.memory import trim
 from webhook.server.pipeline import DecideConfig, Decided, Problem, decide

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from webhook.engine import AdmissionInput, Decision, Limits, Mode, Phase, RuleSet, evaluate
-from webhook.server.admission import ParsedReview, ReviewError, build_response, error_response, parse_review
+from webhook.review import ParsedReview, ReviewError, build_response, error_response, parse_review
 from webhook.server.context import admission_input
 
 if TYPE_CHECKING:

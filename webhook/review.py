@@ -2,7 +2,8 @@
 
 `parse_review` turns request bytes into a ParsedReview or raises ReviewError with a
 message that says exactly what is wrong (the server answers 400 with it).
-`build_response` turns an engine Decision into the response bytes.
+`build_response` turns an engine Decision into the response bytes, `error_response` refuses.
+Both webhooks speak it: the admission server (webhook.server) and the policy check (webhook.policies).
 """
 
 from __future__ import annotations
