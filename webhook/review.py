@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from webhook.engine import AdmissionInput, Decision
+from webhook.engine import AdmissionInput, ClusterContext, Decision
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -28,7 +28,7 @@ class ReviewError(ValueError):
     """The body is not a well-formed AdmissionReview v1."""
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ParsedReview:
     uid: str
     operation: str
@@ -40,7 +40,14 @@ class ParsedReview:
     dry_run: bool
     request: dict[str, Any]  # the CEL `request` variable: the AdmissionRequest without the objects
 
-    def to_input(self, namespace_object: dict[str, Any] | None = None) -> AdmissionInput:
+    def to_input(
+        self,
+        namespace_object: dict[str, Any] | None = None,
+        cluster: ClusterContext | None = None,
+        json_commas: int | None = None,
+    ) -> AdmissionInput:
+        """The engine's input for this request, whole: its Namespace and cluster context (None:
+        unknown), and the commas of the body it was parsed from (None: not counted)."""
         return AdmissionInput.from_request(
             self.request,
             self.object,
@@ -50,6 +57,8 @@ class ParsedReview:
             kind=self.kind,
             sub_resource=self.sub_resource,
             namespace_object=namespace_object,
+            cluster=cluster,
+            json_commas=json_commas,
         )
 
 

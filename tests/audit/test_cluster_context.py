@@ -24,7 +24,7 @@ from webhook.audit.context import NamespaceContext
 from webhook.engine import Phase, evaluate, load_rules
 from webhook.kube import ClusterCaches
 from webhook.review import parse_review
-from webhook.server.context import admission_input
+from webhook.server.context import request_snapshot
 
 TENANT = "team-llm"
 DEFAULT_CLASS = "cluster-default"
@@ -257,7 +257,8 @@ def test_the_audit_input_is_the_servers_input():
             stored_pod("plain"),
             stored_pod("dra", 0, [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]),
         ):
-            server = asyncio.run(admission_input(watched, parse_review(review(pod))))
+            parsed = parse_review(review(pod))
+            server = asyncio.run(request_snapshot(watched, parsed)).input_for(parsed)
             audit = audit_door.admission(json.loads(json.dumps(pod)))
             for field in (
                 "namespace",

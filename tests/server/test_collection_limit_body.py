@@ -1,5 +1,5 @@
 """The collection limit through the handler body: the request body's commas settle small objects,
-and never hide a large one (webhook.server.pipeline.with_body, engine/limits.py).
+and never hide a large one (webhook.server.pipeline.body_commas, engine/limits.py).
 
 Every collection of n items in JSON text has n - 1 commas, so a body with fewer commas than the
 limit cannot hold a collection over it; a body with more is measured on the object itself.
@@ -32,7 +32,7 @@ def ruleset() -> Any:
 def _validate(ruleset: Any, review: dict[str, Any]) -> dict[str, Any]:
     config = DecideConfig(Phase.VALIDATE, Mode.ENFORCE, LIMITS)
     context = Snapshot("team-a", None)
-    found = decide(ruleset, config, orjson.dumps(review), "validate", context.input_for)
+    found = decide(ruleset, config, orjson.dumps(review), "validate", lambda _review: context)
     assert isinstance(found, Decided)
     response: dict[str, Any] = orjson.loads(found.answer)["response"]
     return response

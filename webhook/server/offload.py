@@ -24,11 +24,10 @@ import concurrent.futures
 import logging
 import multiprocessing
 import signal
-from typing import Any
 
-from webhook.engine import AdmissionInput, RuleSet
+from webhook.engine import RuleSet
 from webhook.review import ParsedReview
-from webhook.server.context import Snapshot, snapshot
+from webhook.server.context import UNKNOWN, NamespaceSource, Snapshot, snapshot
 from webhook.server.memory import trim
 from webhook.server.pipeline import DecideConfig, Decided, Problem, decide
 
@@ -66,15 +65,15 @@ def _decide_in_child(
     ruleset = _RULESET
     assert ruleset is not None
 
-    def admission(review: ParsedReview) -> AdmissionInput:
+    def sent(review: ParsedReview) -> Snapshot:
         if not lookup or not review.namespace:
-            return review.to_input(None)
+            return UNKNOWN
         if context is None or context.namespace != review.namespace:
             raise NeedNamespace(review.namespace)
-        return context.input_for(review)
+        return context
 
     try:
-        return decide(ruleset, config, body, endpoint, admission)
+        return decide(ruleset, config, body, endpoint, sent)
     except NeedNamespace as need:
         return need.name
     finally:
@@ -111,7 +110,7 @@ class Offload:
         config: DecideConfig,
         body: bytes,
         endpoint: str,
-        namespaces: Any,
+        namespaces: NamespaceSource | None,
     ) -> Decided | Problem:
         loop = asyncio.get_running_loop()
         context: Snapshot | None = None
@@ -135,6 +134,7 @@ class Offload:
                 return result
             if context is not None:
                 return Problem(500, "gpu-webhook could not resolve the request's namespace")
+            assert namespaces is not None  # the child asks for a namespace only when it may (lookup)
             context = await snapshot(namespaces, result)
 
     def shutdown(self) -> None:

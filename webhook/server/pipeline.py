@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from webhook.engine import AdmissionInput, Decision, Limits, Mode, Phase, RuleSet, evaluate
 from webhook.review import ParsedReview, ReviewError, build_response, error_response, parse_review
-from webhook.server.context import admission_input
+from webhook.server.context import Snapshot, request_snapshot
 
 if TYPE_CHECKING:
     from webhook.server.offload import Offload
@@ -83,7 +83,7 @@ class Pipeline:
         review = parse(body, self.endpoint)  # the fast path: no hop for a small object
         if isinstance(review, Problem):
             return review
-        admission = with_body(await admission_input(self.context, review), body)
+        admission = (await request_snapshot(self.context, review)).input_for(review, body_commas(body))
         return respond(ruleset, config, review, admission, self.endpoint)
 
 
@@ -132,21 +132,19 @@ def decide(
     config: DecideConfig,
     body: bytes,
     endpoint: str,
-    context: Callable[[ParsedReview], AdmissionInput],
+    context: Callable[[ParsedReview], Snapshot],
 ) -> Decided | Problem:
     """Parse, add the cluster context (namespace, PriorityClasses, claims), evaluate, serialise."""
     review = parse(body, endpoint)
     if isinstance(review, Problem):
         return review
-    return respond(ruleset, config, review, with_body(context(review), body), endpoint)
+    return respond(ruleset, config, review, context(review).input_for(review, body_commas(body)), endpoint)
 
 
-def with_body(admission: AdmissionInput, body: bytes) -> AdmissionInput:
-    """The admission with what its body tells the engine: the body holds the objects, so its
-    commas bound every collection in them (one C count instead of re-serialising the object
-    for the collection limit, engine/limits.py)."""
-    admission.json_commas = body.count(b",")
-    return admission
+def body_commas(body: bytes) -> int:
+    """The body holds the objects, so its commas bound every collection in them (one C count
+    instead of re-serialising the object for the collection limit, engine/limits.py)."""
+    return body.count(b",")
 
 
 def _field(value: Any, name: str) -> Any:
