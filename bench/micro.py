@@ -28,7 +28,7 @@ from bench.reviews import bodies, namespace, write_generated_rules
 from webhook.engine import DEFAULT_LIMITS, ClusterContext, Mode, Phase, RuleSet, evaluate, load_rules
 from webhook.review import build_response, parse_review
 from webhook.server.context import Snapshot
-from webhook.server.pipeline import DecideConfig, Problem, decide
+from webhook.server.sequence import DecideConfig, Problem, decide
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_RULES = REPO / "rules"
@@ -57,7 +57,7 @@ def _best_of(fn: Callable[[], Any], iterations: int, repeats: int = 5) -> float:
 
 
 def handler_costs(ruleset: RuleSet, workload: str, iterations: int = 2000) -> dict[str, float]:
-    """µs per request of the server's handler body, per endpoint: decide() as server.py calls it.
+    """µs per request of the server's handler body, per endpoint: the admission sequence (decide()).
 
     Parse, the namespace context (the tenant Namespace as the watch cache holds it, unless the
     workload is a plain- one, which runs without), evaluate, serialise and the log/metric

@@ -1,5 +1,5 @@
 """The collection limit through the handler body: the request body's commas settle small objects,
-and never hide a large one (webhook.server.pipeline.body_commas, engine/limits.py).
+and never hide a large one (webhook.server.sequence, engine/limits.py).
 
 Every collection of n items in JSON text has n - 1 commas, so a body with fewer commas than the
 limit cannot hold a collection over it; a body with more is measured on the object itself.
@@ -16,7 +16,7 @@ import pytest
 from tests.support import gpu_pod, make_review
 from webhook.engine import Limits, Mode, Phase, load_rules
 from webhook.server.context import Snapshot
-from webhook.server.pipeline import DecideConfig, Decided, decide
+from webhook.server.sequence import DecideConfig, Decided, decide
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
 LIMITS = Limits(time_budget=None, max_collection=1000)

@@ -33,9 +33,10 @@ from webhook.server.context import NamespaceSource
 from webhook.server.memory import settle, trim_periodically
 from webhook.server.metrics import Metrics
 from webhook.server.offload import Offload
-from webhook.server.pipeline import Pipeline, Problem
+from webhook.server.pipeline import Pipeline
 from webhook.server.recorder import ReviewRecorder
 from webhook.server.reload import CertificateStore, PolicySource, RuleStore, watch
+from webhook.server.sequence import Problem
 
 log = logging.getLogger("gpu_webhook.server")
 http_log = logging.getLogger("gpu_webhook.http")  # aiohttp's per-connection errors, see _HttpErrors

@@ -10,7 +10,7 @@ GIL of its own.
 The child is forked from the server once per rule-set generation, so it inherits the rule
 set as it is in memory (nothing is pickled or reloaded; a reload that failed in the server
 is not retried in the child). It gets the raw body, parses and evaluates it exactly as the
-server would (webhook.server.pipeline), and returns the answer's bytes, its labels for the metrics
+server would (the one admission sequence, webhook.server.sequence), and returns the answer's bytes, its labels for the metrics
 and the rules to count. With a namespace watch, the child asks for the context it needs by
 namespace name and is sent it (webhook.server.context.Snapshot: the Namespace, PriorityClasses,
 the namespace's DRA claims) in a second call, so the server never parses a large body. The
@@ -29,7 +29,7 @@ from webhook.engine import RuleSet
 from webhook.review import ParsedReview
 from webhook.server.context import UNKNOWN, NamespaceSource, Snapshot, snapshot
 from webhook.server.memory import trim
-from webhook.server.pipeline import DecideConfig, Decided, Problem, decide
+from webhook.server.sequence import DecideConfig, Decided, Problem, decide
 
 log = logging.getLogger("gpu_webhook.offload")
 
