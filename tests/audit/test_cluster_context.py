@@ -258,7 +258,8 @@ def test_the_audit_input_is_the_servers_input():
             stored_pod("dra", 0, [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]),
         ):
             parsed = parse_review(review(pod))
-            server = asyncio.run(request_snapshot(watched, parsed)).input_for(parsed)
+            context = asyncio.run(request_snapshot(watched, parsed))
+            server = parsed.to_input(context.namespace_object, context.cluster)
             audit = audit_door.admission(json.loads(json.dumps(pod)))
             for field in (
                 "namespace",

@@ -87,7 +87,7 @@ def test_the_sequence_asks_for_the_context_of_the_parsed_review_once() -> None:
 
 def test_the_input_is_built_whole_and_frozen() -> None:
     review = parse_review(gpu_job_review())
-    admission = Snapshot("team-a", TEAM_A).input_for(review, json_commas=7)
+    admission = review.to_input(TEAM_A, json_commas=7)
     assert (admission.namespace_object, admission.json_commas, admission.kind) == (TEAM_A, 7, "Job")
     with pytest.raises(dataclasses.FrozenInstanceError):
         admission.json_commas = 0  # type: ignore[misc]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from webhook.engine import AdmissionInput, ClusterContext, ClusterSource
+from webhook.engine import ClusterContext, ClusterSource
 from webhook.review import ParsedReview
 
 
@@ -44,10 +44,6 @@ class Snapshot:
     namespace: str
     namespace_object: dict[str, Any] | None
     cluster: ClusterContext = field(default_factory=ClusterContext)  # nothing known beyond the namespace
-
-    def input_for(self, review: ParsedReview, json_commas: int | None = None) -> AdmissionInput:
-        """The engine's input for `review` in this context, built whole."""
-        return review.to_input(self.namespace_object, self.cluster, json_commas)
 
 
 UNKNOWN = Snapshot("", None)  # no cluster, or a cluster-scoped request: nothing known beyond the request

@@ -1,6 +1,6 @@
 """The one admission sequence: an AdmissionReview body in, the answer's bytes out.
 
-parse -> input (the request and its context's Snapshot, built once) -> evaluate -> respond.
+parse -> input (built once from the request and its context's Snapshot) -> evaluate -> respond.
 `sequence` is plain synchronous code with no server state and no I/O: it stops once, after the
 parse, for the request's Snapshot, which its caller reads its own way. The event loop awaits the
 watch caches for it (pipeline.py, small bodies); the evaluation process takes the one the server
@@ -65,7 +65,7 @@ def sequence(ruleset: RuleSet, config: DecideConfig, body: bytes, endpoint: str)
     context = yield review
     # the body holds the objects, so its commas bound every collection in them (one C count instead
     # of re-serialising the object for the collection limit, engine/limits.py)
-    admission = context.input_for(review, json_commas=body.count(b","))
+    admission = review.to_input(context.namespace_object, context.cluster, json_commas=body.count(b","))
     return respond(ruleset, config, review, admission, endpoint)
 
 
