@@ -2,8 +2,9 @@
 
 The server makes an AdmissionInput from the AdmissionReview (webhook.review's ParsedReview.to_input);
 every offline door (audit, test, explain, export) uses `AdmissionInput.offline`, the one place that
-says what the apiserver would have sent. Either builds it whole, context included: it is frozen. `priority_class_table` turns PriorityClass objects into the table
-`AdmissionInput.priority_classes` holds, for the server's cache and the offline doors alike.
+says what the apiserver would have sent. Either builds it whole, context included: it is frozen.
+`priority_class_table` turns PriorityClass objects into the table `AdmissionInput.priority_classes`
+holds, for the server's cache and the offline doors alike.
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ GIL of its own.
 
 The child is forked from the server once per rule-set generation, so it inherits the rule
 set as it is in memory (nothing is pickled or reloaded; a reload that failed in the server
-is not retried in the child). It gets the raw body, parses and evaluates it exactly as the
-server would (the one admission sequence, webhook.server.sequence), and returns the answer's bytes, its labels for the metrics
-and the rules to count. With a namespace watch, the child asks for the context it needs by
+is not retried in the child). It gets the raw body and runs the one admission sequence on it
+(webhook.server.sequence), as the event loop does, and returns the answer's bytes, its labels for
+the metrics and the rules to count. With a namespace watch, the child asks for the context it needs by
 namespace name and is sent it (webhook.server.context.Snapshot: the Namespace, PriorityClasses,
 the namespace's DRA claims) in a second call, so the server never parses a large body. The
 request's phase and limits travel with each call: one child serves both endpoints.
