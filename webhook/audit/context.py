@@ -8,7 +8,7 @@ object for the same input, and `AdmissionInput.offline` (the engine's) fills the
 
 `audit --cluster` gives it the server's own cluster context (webhook.kube.ClusterCaches, listed
 once instead of watched): the Namespace objects, PriorityClasses and DRA claims and templates then
-come from the cluster through the server's `get` and `fill`, not from the audited objects.
+come from the cluster through the server's `get` and `context`, not from the audited objects.
 
 GPUPolicyExceptions in the input are context too, as in the cluster: from where they appear they
 let their namespace's objects through the rules they name (a broken one is an input problem).
