@@ -26,9 +26,9 @@ from typing import Any
 
 from bench.reviews import bodies, namespace, write_generated_rules
 from webhook.engine import ClusterContext, Limits, Mode, Phase, RuleSet, evaluate, load_rules
-from webhook.server.admission import build_response, parse_review
+from webhook.review import build_response, parse_review
 from webhook.server.context import Snapshot
-from webhook.server.pipeline import DecideConfig, Problem, decide
+from webhook.server.sequence import DecideConfig, Problem, decide
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_RULES = REPO / "rules"
@@ -57,7 +57,7 @@ def _best_of(fn: Callable[[], Any], iterations: int, repeats: int = 5) -> float:
 
 
 def handler_costs(ruleset: RuleSet, workload: str, iterations: int = 2000) -> dict[str, float]:
-    """µs per request of the server's handler body, per endpoint: decide() as server.py calls it.
+    """µs per request of the server's handler body, per endpoint: the admission sequence (decide()).
 
     Parse, the namespace context (the tenant Namespace as the watch cache holds it, unless the
     workload is a plain- one, which runs without), evaluate, serialise and the log/metric
@@ -72,11 +72,11 @@ def handler_costs(ruleset: RuleSet, workload: str, iterations: int = 2000) -> di
     for endpoint, phase in (("mutate", Phase.MUTATE), ("validate", Phase.VALIDATE)):
         config = DecideConfig(phase, Mode.ENFORCE, Limits())
         body = bodies(workload, endpoint)[0]
-        first = decide(ruleset, config, body, endpoint, context.input_for)
+        first = decide(ruleset, config, body, endpoint, lambda _review: context)
         if isinstance(first, Problem) or first.rule_errors or first.outcome == "error":
             raise RuntimeError(f"{workload} /{endpoint} did not evaluate cleanly: {first}")
         out[endpoint] = _best_of(
-            lambda c=config, b=body, e=endpoint: decide(ruleset, c, b, e, context.input_for), iterations
+            lambda c=config, b=body, e=endpoint: decide(ruleset, c, b, e, lambda _review: context), iterations
         )
     out["both"] = out["mutate"] + out["validate"]
     return out
@@ -101,7 +101,7 @@ def cold_handler_costs(ruleset: RuleSet, workload: str, iterations: int = 300) -
         for round_ in range(iterations):
             evict[:] = fills[round_ % 2]  # a memcpy through every cache line of the buffer
             start = time.thread_time()
-            decide(ruleset, config, body, endpoint, context.input_for)
+            decide(ruleset, config, body, endpoint, lambda _review: context)
             samples.append(time.thread_time() - start)
         out[endpoint] = sorted(samples)[len(samples) // 2] * 1e6
     out["both"] = out["mutate"] + out["validate"]

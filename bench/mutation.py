@@ -75,7 +75,7 @@ MODULES: dict[str, Module] = {
     ),
     "patch": Module("webhook/engine/patch.py", ENGINE_TESTS),
     "pointer": Module("webhook/engine/pointer.py", ENGINE_TESTS),
-    "admission": Module("webhook/server/admission.py", ("tests/server",)),
+    "admission": Module("webhook/review.py", ("tests/server",)),
 }
 
 # The operators that model a wrong decision; arithmetic swaps (+ to <<, ...) are left out.

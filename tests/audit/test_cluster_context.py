@@ -23,8 +23,8 @@ from webhook.audit.cluster import Api, read_context
 from webhook.audit.context import NamespaceContext
 from webhook.engine import Phase, evaluate, load_rules
 from webhook.kube import ClusterCaches
-from webhook.server.admission import parse_review
-from webhook.server.context import admission_input
+from webhook.review import parse_review
+from webhook.server.context import request_snapshot
 
 TENANT = "team-llm"
 DEFAULT_CLASS = "cluster-default"
@@ -257,7 +257,9 @@ def test_the_audit_input_is_the_servers_input():
             stored_pod("plain"),
             stored_pod("dra", 0, [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]),
         ):
-            server = asyncio.run(admission_input(watched, parse_review(review(pod))))
+            parsed = parse_review(review(pod))
+            context = asyncio.run(request_snapshot(watched, parsed))
+            server = parsed.to_input(context.namespace_object, context.cluster)
             audit = audit_door.admission(json.loads(json.dumps(pod)))
             for field in (
                 "namespace",

@@ -163,8 +163,9 @@ def test_priority_classes_and_claim_templates_reach_the_engine(stub: KubeStub) -
                 ],
             },
         }
-        admission = AdmissionInput.offline(pod, namespace_object=context.get("team-a"))
-        context.fill(admission)
+        admission = AdmissionInput.offline(
+            pod, namespace_object=context.get("team-a"), cluster=context.context("team-a")
+        )
         assert admission.priority_classes == {
             "cluster-default": {"value": 10, "globalDefault": True, "preemptionPolicy": "PreemptLowerPriority"}
         }
@@ -187,9 +188,10 @@ async def test_a_claim_template_the_watch_missed_is_looked_up(stub: KubeStub) ->
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
                "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "late"}],
                         "containers": [{"name": "main", "image": "cuda"}]}}  # fmt: skip
-        admission = AdmissionInput.offline(pod, namespace_object=context.get("team-a"))
-        context.fill(admission)
-        await context.resolve_claims(admission)
+        await context.resolve_claims("team-a", pod)
+        admission = AdmissionInput.offline(
+            pod, namespace_object=context.get("team-a"), cluster=context.context("team-a")
+        )
         decision = evaluate(load_rules(RULES).require(), admission)
         assert not any(v.rule == "dra-pod-claims-resolvable" for v in decision.violations)
     finally:

@@ -19,7 +19,6 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.support.kubestub import KubeStub
-from webhook.engine import AdmissionInput
 from webhook.kube import ClusterCaches, rest
 from webhook.kube.policies import POLICY, PolicyCaches, PolicyObjectCache, spec_version
 
@@ -81,9 +80,7 @@ def test_the_exception_cache_is_an_input_of_the_policy_caches(stub: KubeStub) ->
         assert context.exceptions is not None and context.exceptions.wait_answered(5)
         assert "GPUPolicyException" in caches.unavailable()
         assert caches.kinds() == ["GPUPolicy", "GPUPolicyOverlay", "GPUPolicyException"]
-        admission = AdmissionInput(object={"kind": "Pod"}, namespace="team-a")
-        context.fill(admission)
-        assert admission.exceptions == ()
+        assert context.context("team-a").exceptions == ()
         assert context.detail()["gpupolicyexception"]["served"] is False
     finally:
         context.stop()

@@ -9,7 +9,7 @@ import pytest
 
 from tests.support import cpu_pod, gpu_pod, make_review
 from webhook.engine import AdmissionInput, Phase, evaluate, load_rules
-from webhook.server.admission import ReviewError, parse_review
+from webhook.review import ReviewError, parse_review
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
 

@@ -505,7 +505,7 @@ async def test_large_requests_are_decided_for_their_own_endpoint(live_server: Li
     # was: one evaluation process served both endpoints with the phase of the first large request,
     # so after a large /mutate every large /validate was answered as a mutation (and vice versa)
     from webhook.engine import Phase, load_rules
-    from webhook.server.admission import parse_review
+    from webhook.review import parse_review
 
     big_pod = pod()
     sidecar = big_pod["spec"]["containers"][0] | {"name": "exporter", "resources": {}}

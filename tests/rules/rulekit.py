@@ -66,7 +66,11 @@ def run(
 ) -> Decision:
     ns = obj.get("metadata", {}).get("namespace")
     admission = AdmissionInput(
-        object=obj, old_object=old, operation=operation, namespace=ns, namespace_object=ns_object
+        object=obj,
+        old_object=old,
+        operation=operation,
+        namespace=ns,
+        namespace_object=ns_object,
+        priority_classes=priority_classes,
     )
-    admission.priority_classes = priority_classes
     return evaluate(ruleset, admission)

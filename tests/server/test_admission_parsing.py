@@ -1,4 +1,4 @@
-"""The AdmissionReview v1 contract (webhook/server/admission.py) on reviews that parse but are odd: no
+"""The AdmissionReview v1 contract (webhook/review.py) on reviews that parse but are odd: no
 userInfo, an empty kind, null optional fields, and the answers built from a decision.
 
 The apiserver's side: kubernetes/kubernetes staging/src/k8s.io/api/admission/v1/types.go (AdmissionRequest:
@@ -22,7 +22,7 @@ from webhook.engine import Action, AdmissionInput, Decision, evaluate
 from webhook.engine.decision import Violation
 from webhook.engine.loader import compile_documents
 from webhook.kubeyaml import load_documents
-from webhook.server.admission import (
+from webhook.review import (
     ReviewError,
     audit_annotations,
     build_response,

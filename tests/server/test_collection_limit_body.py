@@ -1,5 +1,5 @@
 """The collection limit through the handler body: the request body's commas settle small objects,
-and never hide a large one (webhook.server.pipeline.with_body, engine/limits.py).
+and never hide a large one (webhook.server.sequence, engine/limits.py).
 
 Every collection of n items in JSON text has n - 1 commas, so a body with fewer commas than the
 limit cannot hold a collection over it; a body with more is measured on the object itself.
@@ -16,7 +16,7 @@ import pytest
 from tests.support import gpu_pod, make_review
 from webhook.engine import Limits, Mode, Phase, load_rules
 from webhook.server.context import Snapshot
-from webhook.server.pipeline import DecideConfig, Decided, decide
+from webhook.server.sequence import DecideConfig, Decided, decide
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
 LIMITS = Limits(time_budget=None, max_collection=1000)
@@ -32,7 +32,7 @@ def ruleset() -> Any:
 def _validate(ruleset: Any, review: dict[str, Any]) -> dict[str, Any]:
     config = DecideConfig(Phase.VALIDATE, Mode.ENFORCE, LIMITS)
     context = Snapshot("team-a", None)
-    found = decide(ruleset, config, orjson.dumps(review), "validate", context.input_for)
+    found = decide(ruleset, config, orjson.dumps(review), "validate", lambda _review: context)
     assert isinstance(found, Decided)
     response: dict[str, Any] = orjson.loads(found.answer)["response"]
     return response

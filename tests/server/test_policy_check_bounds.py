@@ -21,7 +21,7 @@ import pytest
 from kubernetes import client
 
 from tests.support import RULES, LiveServer, client_ssl, cpu_pod, make_review
-from webhook.engine import AdmissionInput
+from webhook.engine import ClusterContext
 from webhook.kube.caches import ExceptionCache
 from webhook.policies.checker import Checker, CheckTimeout
 from webhook.server import Server, ServerConfig
@@ -63,11 +63,11 @@ class Cluster:
     async def lookup(self, name: str) -> dict[str, Any] | None:
         return None
 
-    def fill(self, admission: AdmissionInput) -> None:
-        admission.exceptions = self.exceptions.of(admission.namespace or "")
+    def context(self, namespace: str | None) -> ClusterContext:
+        return ClusterContext(exceptions=self.exceptions.of(namespace or ""))
 
-    async def resolve_claims(self, admission: AdmissionInput) -> None:
-        self.fill(admission)
+    async def resolve_claims(self, namespace: str, pod: Any) -> None:
+        """The exceptions only: no claims to look up."""
 
     def detail(self) -> dict[str, Any]:
         return {}

@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 
 from webhook.certs import CA_FILE
-from webhook.engine import RuleSet, load_rules
+from webhook.engine import ClusterContext, RuleSet, load_rules
 from webhook.server import Server, ServerConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -167,10 +167,11 @@ class StaticNamespaces:
     async def lookup(self, name: str) -> dict[str, Any] | None:
         return self.namespaces.get(name)
 
-    def fill(self, admission: Any) -> None:
+    def context(self, namespace: str | None) -> ClusterContext:
         """No cluster context beyond the namespaces."""
+        return ClusterContext()
 
-    async def resolve_claims(self, admission: Any) -> None:
+    async def resolve_claims(self, namespace: str, pod: Any) -> None:
         """No claims to look up."""
 
     def detail(self) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 The cluster context (Namespaces, PriorityClasses, DRA claims and templates) is the server's own
 (webhook.kube.ClusterCaches), listed once at the start instead of watched (`read_context`): the
-audit fills each object's input with the server's `fill`, so both judge a stored object alike.
+audit builds each object's input with the server's `context`, so both judge a stored object alike.
 
 The kubernetes client's generated models are skipped on purpose: deserialising a 100k-pod
 list into model objects costs far more than evaluating them. Requests go through the

@@ -8,7 +8,7 @@ object for the same input, and `AdmissionInput.offline` (the engine's) fills the
 
 `audit --cluster` gives it the server's own cluster context (webhook.kube.ClusterCaches, listed
 once instead of watched): the Namespace objects, PriorityClasses and DRA claims and templates then
-come from the cluster through the server's `get` and `fill`, not from the audited objects.
+come from the cluster through the server's `get` and `context`, not from the audited objects.
 
 `namespaces_in` reads the Namespace objects of files (`--namespace-objects`, and, scanned
 for, those anywhere in the audited files): what an offline NamespaceContext is made with.
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -138,15 +139,20 @@ class NamespaceContext:
         namespace_object: dict[str, Any] | None = None,
         user_info: Mapping[str, Any] | None = None,
         cluster_objects: list[Mapping[str, Any]] | None = None,
+        exceptions: Iterable[PolicyException] | None = None,
+        now: datetime | None = None,
     ) -> AdmissionInput:
-        """The admission the apiserver would run for `obj` applied with `kubectl apply -n <default>`."""
+        """The admission the apiserver would run for `obj` applied with `kubectl apply -n <default>`;
+        `exceptions` in place of those met so far (offline), `now` the instant expiries are compared with."""
         namespace = namespace or self.namespace_of(obj if obj is not None else old_object)
         cluster = self.cluster
         if namespace_object is None and namespace:
             namespace_object = self.namespaces.get(namespace) if cluster is None else cluster.get(namespace)
         if cluster_objects is None and cluster is None:
             cluster_objects = self.cluster_objects or None
-        admission = AdmissionInput.offline(
+        if exceptions is None:
+            exceptions = self.exceptions if cluster is None else ()
+        return AdmissionInput.offline(
             _with_namespace(obj, namespace),
             operation=operation,
             old_object=_with_namespace(old_object, namespace),
@@ -158,11 +164,11 @@ class NamespaceContext:
             namespace_unchanging=cluster is None and namespace_object is self.namespaces.get(namespace or ""),
             user_info=user_info,
             cluster_objects=cluster_objects,
-            exceptions=self.exceptions if cluster is None else (),
+            exceptions=exceptions,
+            now=now,
+            # the server's own context: PriorityClasses, the namespace's DRA objects and exceptions
+            cluster=cluster.context(namespace) if cluster is not None else None,
         )
-        if cluster is not None:
-            cluster.fill(admission)  # the server's own fill: PriorityClasses, the namespace's DRA objects
-        return admission
 
 
 def _with_namespace(obj: dict[str, Any] | None, namespace: str | None) -> dict[str, Any] | None:

@@ -1,13 +1,19 @@
-"""Plain-text reports of the authoring commands, for people: `test -o text` (pytest-like) and `lint -o text`.
+"""The reports of the authoring commands: `test -o text` (pytest-like) and `lint -o text` for people,
+`test -o junit` and `lint -o junit` for CI (webhook.junit writes them).
 
-Their rows are in webhook.audit.formats (TEST, LINT), beside every other output format; their
-JUnit reports are in webhook.audit.formats.junit.
+Their rows are in webhook.audit.formats (TEST, LINT), beside every other output format.
+
+test's JUnit: one test suite per suite file, one test case per case, a <failure> with the full text.
+lint's: one test suite per rule file with problems, a failing case per problem (named by its line and
+column); a clean run is one passing case that says what was checked.
 """
 
 from __future__ import annotations
 
 import sys
 from typing import TYPE_CHECKING, TextIO
+
+from webhook import junit
 
 if TYPE_CHECKING:
     from webhook.engine import LoadError
@@ -86,3 +92,46 @@ def checked(counts: LintCounts) -> str:
         if count
     )
     return f"{rules} rule{'s' if rules != 1 else ''} in {files} file{'s' if files != 1 else ''}{site}: no problems"
+
+
+class SuiteJunitReport:
+    """`gpu-webhook test -o junit`: the cases kept until the run ends, then the document."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.suites: dict[str, list[junit.Case]] = {}  # suite file -> its cases, in the order they ran
+
+    def add(self, result: CaseResult) -> None:
+        outcome = junit.Outcome.PASSED if result.passed else junit.Outcome.FAILURE
+        message = "" if result.passed else result.failures[0].splitlines()[0]
+        details = None if result.passed else "\n\n".join(result.failures)
+        case = junit.Case(result.suite, result.name, outcome, message, details, seconds=result.seconds)
+        self.suites.setdefault(result.suite, []).append(case)
+
+    def finish(self) -> None:
+        self.out.write(junit.render("gpu-webhook test", self.suites.items()) + "\n")
+
+
+class LintJunitReport:
+    """`gpu-webhook lint -o junit`: the problems kept until lint ends, then the document."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.errors = 0
+        self.suites: dict[str, list[junit.Case]] = {}  # rule file -> a case per problem, in file order
+
+    def add(self, error: LoadError) -> None:
+        self.errors += 1
+        where = error.location
+        name = f"{where.line}:{where.column}" + (f" rule {error.rule}" if error.rule else "")
+        case = junit.Case(where.file, name, junit.Outcome.FAILURE, error.message, str(error), failure_type="lint")
+        self.suites.setdefault(where.file, []).append(case)
+
+    def finish(self, counts: LintCounts | None) -> None:
+        """`counts` when nothing was wrong (rules, files, overlays, exceptions), else None."""
+        if counts is None:
+            print(errors_found(self.errors), file=sys.stderr)
+            suites = list(self.suites.items())
+        else:
+            suites = [("lint", [junit.Case("lint", checked(counts))])]
+        self.out.write(junit.render("gpu-webhook lint", suites) + "\n")

@@ -168,9 +168,20 @@ def admission(case: Mapping[str, Any], base: Path | str) -> AdmissionInput:
     obj = _resource(case, "object", base)
     old = _resource(case, "oldObject", base)
     namespace_object = _resource(case, "namespaceObject", base)
+    # GPUPolicyExceptions among the cluster objects: the cluster's, as the server's watch gives them
+    exceptions = tuple(
+        parse_exception(obj, f"clusterObjects[{index}]")
+        for index, obj in enumerate(case.get("clusterObjects") or ())
+        if isinstance(obj, Mapping) and obj.get("kind") == EXCEPTION_KIND
+    )
+    now = None
+    if "now" in case:  # the instant exceptions' expiries are compared with
+        now = parse_time(case["now"])
+        if now is None:
+            raise ValueError(f"now: {case['now']!r} is not an RFC 3339 time with a zone (2026-12-01T00:00:00Z)")
     # the same input audit and explain build: the case's namespace (else the object's, else
     # `default`) written into a namespace-less object, as the apiserver does before admission
-    found = NamespaceContext(default_namespace=case.get("namespace")).admission(
+    return NamespaceContext(default_namespace=case.get("namespace")).admission(
         obj,
         operation=case.get("operation", "CREATE"),
         old_object=old,
@@ -178,18 +189,9 @@ def admission(case: Mapping[str, Any], base: Path | str) -> AdmissionInput:
         namespace_object=namespace_object,
         user_info=case.get("userInfo") or {"username": "gpu-webhook-test"},
         cluster_objects=case.get("clusterObjects"),
+        exceptions=exceptions,
+        now=now,
     )
-    # GPUPolicyExceptions among the cluster objects: the cluster's, as the server's watch gives them
-    found.exceptions = tuple(
-        parse_exception(obj, f"clusterObjects[{index}]")
-        for index, obj in enumerate(case.get("clusterObjects") or ())
-        if isinstance(obj, Mapping) and obj.get("kind") == EXCEPTION_KIND
-    )
-    if "now" in case:  # the instant exceptions' expiries are compared with
-        found.now = parse_time(case["now"])
-        if found.now is None:
-            raise ValueError(f"now: {case['now']!r} is not an RFC 3339 time with a zone (2026-12-01T00:00:00Z)")
-    return found
 
 
 def _resource(case: Mapping[str, Any], key: str, base: Path | str) -> dict[str, Any] | None:

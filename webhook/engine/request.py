@@ -1,15 +1,16 @@
 """What a door hands evaluate() besides the rule set: the admission, the phase, the mode, the limits.
 
-The server makes an AdmissionInput from the AdmissionReview (webhook.server); every offline door
-(audit, test, explain, export) uses `AdmissionInput.offline`, the one place that says what the
-apiserver would have sent. `priority_class_table` turns PriorityClass objects into the table
-`AdmissionInput.priority_classes` holds, for the server's cache and the offline doors alike.
+The server makes an AdmissionInput from the AdmissionReview (webhook.review's ParsedReview.to_input);
+every offline door (audit, test, explain, export) uses `AdmissionInput.offline`, the one place that
+says what the apiserver would have sent. Either builds it whole, context included: it is frozen.
+`priority_class_table` turns PriorityClass objects into the table `AdmissionInput.priority_classes`
+holds, for the server's cache and the offline doors alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
@@ -57,13 +58,14 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class AdmissionInput:
-    """What any door hands the engine: the AdmissionRequest's facts, already parsed.
+    """What any door hands the engine: the AdmissionRequest's facts, already parsed, and its context.
 
-    The server builds it from the AdmissionReview (webhook.server.admission's ParsedReview.to_input);
-    every offline door (audit, test, explain, export) uses `AdmissionInput.offline`, the one place
-    that says what the apiserver would have sent, so the doors cannot disagree on `request`.
+    The server builds it from the AdmissionReview (`from_request`, through webhook.review's
+    ParsedReview.to_input); every offline door (audit, test, explain, export) uses
+    `AdmissionInput.offline`, the one place that says what the apiserver would have sent, so the
+    doors cannot disagree on `request`. Frozen: built once, with all it holds, and then only read.
     """
 
     object: dict[str, Any] | None
@@ -115,6 +117,7 @@ class AdmissionInput:
         exceptions: Iterable[PolicyException] = (),
         now: datetime | None = None,
         namespace_unchanging: bool = False,
+        cluster: ClusterContext | None = None,
     ) -> AdmissionInput:
         """An admission as the apiserver would send it for `obj`, for doors that have no AdmissionRequest.
 
@@ -124,6 +127,7 @@ class AdmissionInput:
         goes in as the fields of the same names; None means "unknown", as in the server. Or give
         `cluster_objects`, the objects as read from files (PriorityClass, ResourceClaim,
         ResourceClaimTemplate; others are ignored): the fields are made from them (cluster_context).
+        And `cluster`, what a ClusterSource read (its `context`), replaces each of the four it knows.
         """
         subject = obj if obj is not None else old_object
         if namespace is None:
@@ -137,6 +141,14 @@ class AdmissionInput:
             resource_claims = resource_claims if resource_claims is not None else found.resource_claims
             if resource_claim_templates is None:
                 resource_claim_templates = found.resource_claim_templates
+        if cluster is not None:  # what it knows wins over the objects read from files
+            if cluster.priority_classes is not None:
+                priority_classes = cluster.priority_classes
+            if cluster.resource_claims is not None:
+                resource_claims = cluster.resource_claims
+            if cluster.resource_claim_templates is not None:
+                resource_claim_templates = cluster.resource_claim_templates
+            exceptions = cluster.exceptions or exceptions
         return cls(
             object=obj,
             old_object=old_object,
@@ -166,9 +178,13 @@ class AdmissionInput:
         kind: str,
         sub_resource: str,
         namespace_object: dict[str, Any] | None = None,
+        cluster: ClusterContext | None = None,
+        json_commas: int | None = None,
     ) -> AdmissionInput:
         """The admission of an AdmissionRequest the apiserver sent (the server's door): `request` is
-        the CEL `request` variable, the AdmissionRequest without its objects."""
+        the CEL `request` variable, the AdmissionRequest without its objects; `cluster` the context
+        the server read for it (None: none), `json_commas` those of the request body."""
+        cluster = NO_CLUSTER if cluster is None else cluster
         return cls(
             object=obj,
             old_object=old_object,
@@ -178,19 +194,28 @@ class AdmissionInput:
             request=request,
             kind=kind,
             sub_resource=sub_resource,
+            priority_classes=cluster.priority_classes,
+            resource_claims=cluster.resource_claims,
+            resource_claim_templates=cluster.resource_claim_templates,
+            json_commas=json_commas,
+            exceptions=cluster.exceptions,
         )
 
     def with_context(self, context: ClusterContext) -> AdmissionInput:
-        """This admission with the cluster's PriorityClasses, the namespace's DRA objects and exceptions."""
-        self.priority_classes = context.priority_classes
-        self.resource_claims = context.resource_claims
-        self.resource_claim_templates = context.resource_claim_templates
-        self.exceptions = context.exceptions
-        return self
+        """A copy of this admission with the cluster's PriorityClasses, the namespace's DRA objects and
+        exceptions in place of its own."""
+        return replace(
+            self,
+            priority_classes=context.priority_classes,
+            resource_claims=context.resource_claims,
+            resource_claim_templates=context.resource_claim_templates,
+            exceptions=context.exceptions,
+        )
 
     def __post_init__(self) -> None:
         if not self.request:  # built directly (tests, library users): the same request as offline()
-            self.request = offline_request(self.subject, self.operation, self.namespace, None, False, self.kind)
+            request = offline_request(self.subject, self.operation, self.namespace, None, False, self.kind)
+            object.__setattr__(self, "request", request)  # frozen: this is still its construction
 
     @property
     def subject(self) -> dict[str, Any] | None:
@@ -211,13 +236,16 @@ class ClusterContext:
     exceptions: tuple[PolicyException, ...] = ()
 
 
+NO_CLUSTER = ClusterContext()  # a door that knows nothing of the cluster beyond the request
+
+
 class ClusterSource(Protocol):
     """Where a door reads the cluster from memory (the server's watch caches, the audit's one list):
-    the Namespace by name, and the rest of the context filled into an admission. No I/O in either."""
+    the Namespace by name, and the rest of a namespace's context as data. No I/O in either."""
 
     def get(self, name: str) -> dict[str, Any] | None: ...
 
-    def fill(self, admission: AdmissionInput) -> None: ...
+    def context(self, namespace: str | None) -> ClusterContext: ...
 
 
 def cluster_context(objects: Iterable[Any], namespace: str | None) -> ClusterContext:

@@ -8,10 +8,10 @@
   each parsed once when it changes, on the watch thread, at most `per_namespace` applied per namespace;
   an expired one stops applying by itself (the engine compares the expiry with the request's time).
 
-`ClusterCaches` is what the server holds: it answers the namespace questions itself and fills
-the rest into the engine's AdmissionInput with dict reads only. A one-shot door (`audit --cluster`)
-holds the same ClusterCaches, listed once (`load`) instead of watched, and fills its inputs with
-the same `fill`: the server and the audit cannot see different clusters.
+`ClusterCaches` is what the server holds: it answers the namespace questions itself and gives
+the rest as the engine's ClusterContext with dict reads only (`context`). A one-shot door
+(`audit --cluster`) holds the same ClusterCaches, listed once (`load`) instead of watched, and
+reads the same `context`: the server and the audit cannot see different clusters.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from urllib.parse import quote
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from webhook.engine import AdmissionInput, PolicyException, RuleLoadError, parse_exception, priority_class_table
+from webhook.engine import ClusterContext, PolicyException, RuleLoadError, parse_exception, priority_class_table
 from webhook.engine.documents import API_VERSION, EXCEPTION_KIND, MAX_EXCEPTIONS_PER_NAMESPACE, POLICY_RESOURCES
 
 from .connect import ClusterError
@@ -44,10 +44,11 @@ class NamespaceCache(WatchCache):
     def __init__(self, api_client: ApiClient, **options: Any) -> None:
         super().__init__(api_client, "/api/v1/namespaces", item="/api/v1/namespaces/{name}", **options)
 
-    def fill(self, admission: AdmissionInput) -> None:
-        """Namespaces only: no other context to add."""
+    def context(self, namespace: str | None) -> ClusterContext:
+        """Namespaces only: nothing known beyond the namespace."""
+        return ClusterContext()
 
-    async def resolve_claims(self, admission: AdmissionInput) -> None:
+    async def resolve_claims(self, namespace: str, pod: Any) -> None:
         """Namespaces only: no claims to look up."""
 
     def detail(self) -> dict[str, Any]:
@@ -311,7 +312,7 @@ class ClusterCaches:
         """List every cache once instead of watching it: the context of a door that decides a snapshot.
 
         The maps are the ones the watches' first lists make (same paths, same trimming), so `get` and
-        `fill` give the engine what the server's watches give it. With `namespace`, only that
+        `context` give the engine what the server's watches give it. With `namespace`, only that
         Namespace (one GET) and that namespace's DRA objects are read; PriorityClasses are
         cluster-wide. Namespaces are required (ClusterError). The other caches are optional as in the
         server: one the cluster does not serve (404: no resource.k8s.io/v1 before 1.34) or the
@@ -334,38 +335,40 @@ class ClusterCaches:
         return self
 
     # -- the engine's input ------------------------------------------------------------------------
-    def fill(self, admission: AdmissionInput) -> None:
-        """PriorityClasses and the namespace's DRA objects into the input: dict reads, no I/O."""
-        admission.priority_classes = self.priority_classes.table()
-        namespace = admission.namespace or ""
-        if self.claims is not None and self.claims.synced:
-            admission.resource_claims = self.claims.in_namespace(namespace)
-        if self.templates is not None and self.templates.synced:
-            admission.resource_claim_templates = self.templates.in_namespace(namespace)
-        if self.exceptions is not None and namespace:
-            admission.exceptions = self.exceptions.of(namespace)
+    def context(self, namespace: str | None) -> ClusterContext:
+        """PriorityClasses and the namespace's DRA objects and exceptions: dict reads, no I/O.
+        None where unknown: a cache the cluster does not serve, or not listed yet."""
+        namespace = namespace or ""
+        claims, templates = self.claims, self.templates
+        return ClusterContext(
+            priority_classes=self.priority_classes.table(),
+            resource_claims=claims.in_namespace(namespace) if claims is not None and claims.synced else None,
+            resource_claim_templates=(
+                templates.in_namespace(namespace) if templates is not None and templates.synced else None
+            ),
+            exceptions=self.exceptions.of(namespace) if self.exceptions is not None and namespace else (),
+        )
 
-    async def resolve_claims(self, admission: AdmissionInput) -> None:
-        """Before evaluating a Pod: GET the claims and templates its spec names that the watch lacks.
+    async def resolve_claims(self, namespace: str, pod: Any) -> None:
+        """Before evaluating a Pod: GET the claims and templates its spec names that the watch lacks,
+        so that `context` then has them.
 
         The pack denies tenant pods whose claims cannot be resolved (dra-pod-claims-resolvable);
         a template created a moment before the pod must not be refused for the watch's latency.
         """
-        obj = admission.object
-        if self.claims is None or self.templates is None or admission.kind != "Pod" or not isinstance(obj, dict):
+        if self.claims is None or self.templates is None or not isinstance(pod, dict):
             return
-        spec = obj.get("spec")
+        spec = pod.get("spec")
         entries = spec.get("resourceClaims") if isinstance(spec, dict) else None
-        if not isinstance(entries, list) or not admission.namespace:
+        if not isinstance(entries, list) or not namespace:
             return
         for entry in entries[:32]:  # bounded: a pod names a handful
             if not isinstance(entry, dict):
                 continue
             if isinstance(entry.get("resourceClaimTemplateName"), str):
-                await self.templates.lookup(entry["resourceClaimTemplateName"], admission.namespace)
+                await self.templates.lookup(entry["resourceClaimTemplateName"], namespace)
             elif isinstance(entry.get("resourceClaimName"), str):
-                await self.claims.lookup(entry["resourceClaimName"], admission.namespace)
-        self.fill(admission)
+                await self.claims.lookup(entry["resourceClaimName"], namespace)
 
 
 class _Unavailable(Exception):

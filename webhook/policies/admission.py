@@ -46,7 +46,7 @@ from webhook.install.registration import TIMEOUT_SECONDS
 from webhook.kube.policyobjects import errors_about, policy_object, summary
 from webhook.policies.checker import Checker, CheckTimeout
 from webhook.policies.turns import Turns
-from webhook.server.admission import API_VERSION, KIND, ParsedReview, ReviewError, error_response, parse_review
+from webhook.review import API_VERSION, KIND, ParsedReview, ReviewError, error_response, parse_review
 
 PATH = "/policies"
 CHECKED_OPERATIONS = frozenset({"CREATE", "UPDATE"})

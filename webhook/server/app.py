@@ -26,15 +26,17 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from webhook.certs import CERT_FILE, KEY_FILE
 from webhook.engine import Limits, Mode, Phase
+from webhook.policies import admission as policy_admission
 from webhook.server.build import BuildGuard
 from webhook.server.connections import GuardedSite, shrink_tls_buffers
 from webhook.server.context import NamespaceSource
 from webhook.server.memory import settle, trim_periodically
 from webhook.server.metrics import Metrics
 from webhook.server.offload import Offload
-from webhook.server.pipeline import Pipeline, Problem
+from webhook.server.pipeline import Pipeline
 from webhook.server.recorder import ReviewRecorder
 from webhook.server.reload import CertificateStore, PolicySource, RuleStore, watch
+from webhook.server.sequence import Problem
 
 log = logging.getLogger("gpu_webhook.server")
 http_log = logging.getLogger("gpu_webhook.http")  # aiohttp's per-connection errors, see _HttpErrors
@@ -332,8 +334,6 @@ def build_app(state: ServerState, admission: bool = True) -> web.Application:
     if admission:
         for phase, endpoint in ((Phase.MUTATE, "mutate"), (Phase.VALIDATE, "validate")):
             app.router.add_post(f"/{endpoint}", _admission_handler(state.pipeline(phase, endpoint)))
-        from webhook.policies import admission as policy_admission  # it imports webhook.server's parts
-
         observe = functools.partial(state.metrics.observe, "policies")
         limits = policy_admission.limits_of(state.config)
         exceptions = getattr(state.namespaces, "exceptions", None)  # ClusterCaches' GPUPolicyException cache

@@ -9,9 +9,9 @@ GIL of its own.
 
 The child is forked from the server once per rule-set generation, so it inherits the rule
 set as it is in memory (nothing is pickled or reloaded; a reload that failed in the server
-is not retried in the child). It gets the raw body, parses and evaluates it exactly as the
-server would (webhook.server.pipeline), and returns the answer's bytes, its labels for the metrics
-and the rules to count. With a namespace watch, the child asks for the context it needs by
+is not retried in the child). It gets the raw body and runs the one admission sequence on it
+(webhook.server.sequence), as the event loop does, and returns the answer's bytes, its labels for
+the metrics and the rules to count. With a namespace watch, the child asks for the context it needs by
 namespace name and is sent it (webhook.server.context.Snapshot: the Namespace, PriorityClasses,
 the namespace's DRA claims) in a second call, so the server never parses a large body. The
 request's phase and limits travel with each call: one child serves both endpoints.
@@ -24,13 +24,12 @@ import concurrent.futures
 import logging
 import multiprocessing
 import signal
-from typing import Any
 
-from webhook.engine import AdmissionInput, RuleSet
-from webhook.server.admission import ParsedReview
-from webhook.server.context import Snapshot, snapshot
+from webhook.engine import RuleSet
+from webhook.review import ParsedReview
+from webhook.server.context import UNKNOWN, NamespaceSource, Snapshot, snapshot
 from webhook.server.memory import trim
-from webhook.server.pipeline import DecideConfig, Decided, Problem, decide
+from webhook.server.sequence import DecideConfig, Decided, Problem, decide
 
 log = logging.getLogger("gpu_webhook.offload")
 
@@ -66,15 +65,15 @@ def _decide_in_child(
     ruleset = _RULESET
     assert ruleset is not None
 
-    def admission(review: ParsedReview) -> AdmissionInput:
+    def sent(review: ParsedReview) -> Snapshot:
         if not lookup or not review.namespace:
-            return review.to_input(None)
+            return UNKNOWN
         if context is None or context.namespace != review.namespace:
             raise NeedNamespace(review.namespace)
-        return context.input_for(review)
+        return context
 
     try:
-        return decide(ruleset, config, body, endpoint, admission)
+        return decide(ruleset, config, body, endpoint, sent)
     except NeedNamespace as need:
         return need.name
     finally:
@@ -111,7 +110,7 @@ class Offload:
         config: DecideConfig,
         body: bytes,
         endpoint: str,
-        namespaces: Any,
+        namespaces: NamespaceSource | None,
     ) -> Decided | Problem:
         loop = asyncio.get_running_loop()
         context: Snapshot | None = None
@@ -135,6 +134,7 @@ class Offload:
                 return result
             if context is not None:
                 return Problem(500, "gpu-webhook could not resolve the request's namespace")
+            assert namespaces is not None  # the child asks for a namespace only when it may (lookup)
             context = await snapshot(namespaces, result)
 
     def shutdown(self) -> None:

@@ -79,13 +79,13 @@ AUDIT: Formats = {
 # `gpu-webhook test`: each CaseResult as its case finishes, then the verdict
 TEST: Formats = {
     "text": Format("webhook.authoring.report:TextReport"),
-    "junit": Format("webhook.audit.formats.junit:SuiteJunitReport"),
+    "junit": Format("webhook.authoring.report:SuiteJunitReport"),
 }
 
 # `gpu-webhook lint`: each problem found, then the count (or what was checked, when nothing was wrong)
 LINT: Formats = {
     "text": Format("webhook.authoring.report:LintReport"),
-    "junit": Format("webhook.audit.formats.junit:LintJunitReport"),
+    "junit": Format("webhook.authoring.report:LintJunitReport"),
 }
 
 # `gpu-webhook export`: the whole document at once, made from the export's result

@@ -2,7 +2,8 @@
 
 `parse_review` turns request bytes into a ParsedReview or raises ReviewError with a
 message that says exactly what is wrong (the server answers 400 with it).
-`build_response` turns an engine Decision into the response bytes.
+`build_response` turns an engine Decision into the response bytes, `error_response` refuses.
+Both webhooks speak it: the admission server (webhook.server) and the policy check (webhook.policies).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from webhook.engine import AdmissionInput, Decision
+from webhook.engine import AdmissionInput, ClusterContext, Decision
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -27,7 +28,7 @@ class ReviewError(ValueError):
     """The body is not a well-formed AdmissionReview v1."""
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ParsedReview:
     uid: str
     operation: str
@@ -39,7 +40,14 @@ class ParsedReview:
     dry_run: bool
     request: dict[str, Any]  # the CEL `request` variable: the AdmissionRequest without the objects
 
-    def to_input(self, namespace_object: dict[str, Any] | None = None) -> AdmissionInput:
+    def to_input(
+        self,
+        namespace_object: dict[str, Any] | None = None,
+        cluster: ClusterContext | None = None,
+        json_commas: int | None = None,
+    ) -> AdmissionInput:
+        """The engine's input for this request, whole: its Namespace and cluster context (None:
+        unknown), and the commas of the body it was parsed from (None: not counted)."""
         return AdmissionInput.from_request(
             self.request,
             self.object,
@@ -49,6 +57,8 @@ class ParsedReview:
             kind=self.kind,
             sub_resource=self.sub_resource,
             namespace_object=namespace_object,
+            cluster=cluster,
+            json_commas=json_commas,
         )
 
 
