@@ -194,9 +194,11 @@ KUBEFLOW = "kubeflow.org"
 # pkg/apis/trainer/v1alpha1); ResourceClaim and ResourceClaimTemplate resource.k8s.io/v1 (DRA, GA in
 # Kubernetes 1.34). Kueue manages RayService, AppWrapper and TrainJob by default (kubernetes-sigs/kueue
 # config/components/manager/controller_manager_config.yaml), so the queue rules must see them.
-# Suspend fields as each Kueue framework's Suspend() sets them. PyTorchJob, TFJob, XGBoostJob and
-# PaddleJob suspend through runPolicy.suspend in Kueue too (kubeflowjob's RunPolicy()) but carry no
-# field here: setQueueName has never written one for them.
+# Suspend fields as each Kueue framework's Suspend() sets them: the Kubeflow v1 jobs (PyTorchJob,
+# TFJob, XGBoostJob, PaddleJob, JAXJob) through `RunPolicy().Suspend = ptr.To(true)`
+# (kubernetes-sigs/kueue pkg/controller/jobs/kubeflow/kubeflowjob/kubeflowjob_controller.go), MPIJob
+# its own runPolicy the same way.
+_RUN_POLICY_SUSPEND = "spec.runPolicy.suspend"
 KINDS: tuple[WorkloadKind, ...] = (
     WorkloadKind("Pod", "", ("v1",), "pods", groups=_KUEUE),
     WorkloadKind("Deployment", "apps", ("v1",), "deployments", (_pod_template("spec", "template"),), groups=_KUEUE),
@@ -219,8 +221,18 @@ KINDS: tuple[WorkloadKind, ...] = (
         suspend="spec.suspend",
         groups=_KUEUE,
     ),
-    WorkloadKind("PyTorchJob", KUBEFLOW, ("v1",), "pytorchjobs", (_replicas("pytorchReplicaSpecs"),), groups=_KUEUE),
-    WorkloadKind("TFJob", KUBEFLOW, ("v1",), "tfjobs", (_replicas("tfReplicaSpecs"),), groups=_KUEUE),
+    WorkloadKind(
+        "PyTorchJob",
+        KUBEFLOW,
+        ("v1",),
+        "pytorchjobs",
+        (_replicas("pytorchReplicaSpecs"),),
+        suspend=_RUN_POLICY_SUSPEND,
+        groups=_KUEUE,
+    ),
+    WorkloadKind(
+        "TFJob", KUBEFLOW, ("v1",), "tfjobs", (_replicas("tfReplicaSpecs"),), suspend=_RUN_POLICY_SUSPEND, groups=_KUEUE
+    ),
     WorkloadKind(
         "MPIJob",
         KUBEFLOW,
@@ -230,8 +242,24 @@ KINDS: tuple[WorkloadKind, ...] = (
         suspend="spec.runPolicy.suspend",
         groups=_KUEUE,
     ),
-    WorkloadKind("XGBoostJob", KUBEFLOW, ("v1",), "xgboostjobs", (_replicas("xgbReplicaSpecs"),), groups=_KUEUE),
-    WorkloadKind("PaddleJob", KUBEFLOW, ("v1",), "paddlejobs", (_replicas("paddleReplicaSpecs"),), groups=_KUEUE),
+    WorkloadKind(
+        "XGBoostJob",
+        KUBEFLOW,
+        ("v1",),
+        "xgboostjobs",
+        (_replicas("xgbReplicaSpecs"),),
+        suspend=_RUN_POLICY_SUSPEND,
+        groups=_KUEUE,
+    ),
+    WorkloadKind(
+        "PaddleJob",
+        KUBEFLOW,
+        ("v1",),
+        "paddlejobs",
+        (_replicas("paddleReplicaSpecs"),),
+        suspend=_RUN_POLICY_SUSPEND,
+        groups=_KUEUE,
+    ),
     # JAXJob: kubeflow/training-operator pkg/apis/kubeflow.org/v1/jax_types.go (kind JAXJob, plural
     # jaxjobs, JAXJobSpec.JAXReplicaSpecs `jaxReplicaSpecs` map of replica type to ReplicaSpec, and a
     # RunPolicy `runPolicy`). Kueue's integration `kubeflow.org/jaxjob` (kubernetes-sigs/kueue
@@ -243,7 +271,7 @@ KINDS: tuple[WorkloadKind, ...] = (
         ("v1",),
         "jaxjobs",
         (_replicas("jaxReplicaSpecs"),),
-        suspend="spec.runPolicy.suspend",
+        suspend=_RUN_POLICY_SUSPEND,
         groups=_KUEUE,
     ),
     WorkloadKind(
