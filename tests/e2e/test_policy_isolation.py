@@ -460,3 +460,36 @@ def test_a_replica_that_may_not_list_gpupolicies_is_not_ready_and_one_that_loses
         for path in bindings:
             apiserver.request("DELETE", path)
         cleanup(apiserver, made)
+
+
+def test_a_replica_that_may_not_list_priority_classes_is_not_ready_until_it_may(
+    apiserver: EnvTest,
+    crds: list[str],  # noqa: F811 (the fixture)
+    accounts: Callable[[str], None],
+    start_replica: Callable[..., Replica],
+    tmp_path: Path,
+) -> None:
+    """The pack's priority-class-by-workload reads `priorityClasses`: a replica that cannot list them
+    would set no class on any workload while reporting Ready. It stays unready, and /readyz says why."""
+    kept, granting = shipped_rules_without("priorityclasses")
+    bindings: list[str] = []
+    try:
+        accounts("e2e-no-priorityclasses")
+        bindings.append(grant(apiserver, "e2e-iso-no-pc", kept, "e2e-no-priorityclasses"))
+        replica = start_replica(kubeconfig_for(apiserver, "e2e-no-priorityclasses", tmp_path / "k"), "e2e-no-pc")
+        detail = replica.answered(
+            "the PriorityClass list refused",
+            lambda status, d: status == 503
+            and (d.get("namespaces", {}).get("caches", {}).get("priorityclass", {}).get("lastError") or "").startswith(
+                "HTTP 403"
+            ),
+        )
+        assert detail["namespaces"]["synced"] is False and detail["ready"] is False
+        assert detail["namespaces"]["caches"]["namespace"]["synced"] is True  # the namespaces alone do not do
+        bindings.append(grant(apiserver, "e2e-iso-pc", granting, "e2e-no-priorityclasses"))
+        detail = replica.answered("ready once it may list them", lambda status, d: status == 200, timeout=60)
+        assert detail["namespaces"]["caches"]["priorityclass"]["synced"] is True
+        assert detail["namespaces"]["caches"]["priorityclass"]["lastError"] is None
+    finally:
+        for path in bindings:
+            apiserver.request("DELETE", path)

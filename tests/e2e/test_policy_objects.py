@@ -135,7 +135,7 @@ def crds(apiserver: EnvTest, webhook_server: WebhookServer, webhooks: list[str])
 
         def established(name: str = name) -> bool:
             answer = apiserver.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-            conditions = (answer.body or {}).get("status", {}).get("conditions", [])
+            conditions = (answer.body or {}).get("status", {}).get("conditions") or []
             return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
         wait_for(f"CRD {name} Established", established)

@@ -57,6 +57,9 @@ class Cluster:
     def add(self, obj: dict[str, Any]) -> None:
         self.exceptions._apply({"type": "ADDED", "object": obj})
 
+    def synced_for(self, references: frozenset[str]) -> bool:
+        return True
+
     def get(self, name: str) -> dict[str, Any] | None:
         return None
 

@@ -250,6 +250,10 @@ CONTEXT_RESOURCES: tuple[tuple[str, str], ...] = tuple(
 )
 
 
+# the CEL variables built from the PriorityClass cache (webhook/engine/programs.py)
+PRIORITY_CLASS_VARIABLES = frozenset({"priorityClasses", "defaultPriorityClass"})
+
+
 class ClusterCaches:
     """Every watch cache the server reads; duck-types the server's NamespaceSource.
 
@@ -281,7 +285,17 @@ class ClusterCaches:
     # -- NamespaceSource ---------------------------------------------------------------------------
     @property
     def synced(self) -> bool:
-        """Ready needs the namespaces; the other caches only add context when they have it."""
+        """The namespaces have been listed: every tenant rule has its namespaceObject."""
+        return self.namespaces.synced
+
+    def synced_for(self, references: frozenset[str]) -> bool:
+        """Ready needs the namespaces, and the PriorityClasses where a rule reads them: until their first
+        list `priorityClasses` and `defaultPriorityClass` are unknown, and a rule that sets a class from
+        them sets none. The PriorityClass API is always served (scheduling.k8s.io/v1) and the shipped
+        RBAC grants its list and watch, so a replica that cannot list them is misconfigured: it stays
+        unready, and /readyz names the cache's error. DRA objects and exceptions only add context."""
+        if references & PRIORITY_CLASS_VARIABLES and not self.priority_classes.synced:
+            return False
         return self.namespaces.synced
 
     @property

@@ -90,6 +90,7 @@ class WatchCache:
         # sees a half-built map.
         self._items: dict[str, dict[str, dict[str, Any]]] = {}
         self._resource_version: str | None = None
+        self._last_error: str | None = None
         self._synced = threading.Event()
         self._stopping = threading.Event()
         self._response: Any = None  # the open watch stream, closed by stop() to unblock the thread
@@ -134,6 +135,8 @@ class WatchCache:
             "objects": len(self),
             # the last resourceVersion seen (list, event or bookmark): where the cache stands
             "resourceVersion": self._resource_version,
+            # why the last list or watch failed (a 403 names the missing RBAC); None once one succeeds
+            "lastError": self._last_error,
         }
 
     def __len__(self) -> int:
@@ -217,8 +220,10 @@ class WatchCache:
             try:
                 if self._resource_version is None:
                     self._list()
+                    self._last_error = None
                 self._watch()
                 delay = self._backoff_initial  # a watch that ran and ended normally: all is well
+                self._last_error = None
                 continue
             except _Gone:
                 gone = True
@@ -234,7 +239,8 @@ class WatchCache:
                 log.info("%s watch expired (410 Gone); listing again", self.kind)
                 self._resource_version = None
                 continue
-            log.warning("%s cache: %s; retrying in %.1fs", self.kind, _describe(failure), delay)
+            self._last_error = _describe(failure)
+            log.warning("%s cache: %s; retrying in %.1fs", self.kind, self._last_error, delay)
             # B311: backoff jitter, not a secret
             if self._stopping.wait(delay * random.uniform(0.8, 1.2)):  # nosec B311
                 break

@@ -294,8 +294,10 @@ def readiness(state: ServerState) -> tuple[bool, dict[str, Any]]:
         # a stale watch is reported (and counted) but keeps the replica ready: failing every
         # replica's readiness at once would turn a quiet watch into a cluster-wide outage
         caches = state.namespaces.detail()
-        detail["namespaces"] = {"synced": state.namespaces.synced, "caches": caches}
-        ready = ready and state.namespaces.synced
+        references = rules.ruleset.references if rules.ruleset is not None else frozenset()
+        synced = state.namespaces.synced_for(references)  # the namespaces, and what else the rules read
+        detail["namespaces"] = {"synced": synced, "caches": caches}
+        ready = ready and synced
     if state.registration is not None:
         # a drifting registration is detail only: it still sends most requests, and an unready webhook
         # (every replica, at once) would refuse or skip them all; but a replica that just started waits
