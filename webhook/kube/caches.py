@@ -51,6 +51,10 @@ class NamespaceCache(WatchCache):
     async def resolve_claims(self, namespace: str, pod: Any) -> None:
         """Namespaces only: no claims to look up."""
 
+    def synced_for(self, references: frozenset[str]) -> bool:
+        """Namespaces only: the rules see no PriorityClasses (unknown), as a cluster without any."""
+        return self.synced
+
     def detail(self) -> dict[str, Any]:
         """cache name -> status, as ClusterCaches.detail gives it (the server's NamespaceSource)."""
         return {self.kind: self.status()}
