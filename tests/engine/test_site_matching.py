@@ -239,11 +239,6 @@ def test_a_cluster_scoped_object_is_not_refused_for_a_namespace_it_cannot_have()
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the engine reads a cluster-scoped object's missing Namespace as a namespaceSelector mismatch; the "
-    "apiserver never exempts a cluster-scoped object by namespaceSelector (predicates/namespace/matcher.go)",
-)
 def test_a_namespace_selector_never_exempts_a_cluster_scoped_object() -> None:
     ruleset = site(
         """
@@ -256,3 +251,27 @@ spec:
 """
     )
     assert judged(ruleset, AdmissionInput.offline(DEVICE_CLASS)) == {"prod-namespaces": "fail"}
+
+
+def test_a_namespace_selector_matches_a_namespace_by_its_own_labels() -> None:
+    """The apiserver: "If the object itself is a namespace, the matching is performed on object.metadata.labels"
+    (admissionregistration/v1 ValidatingWebhook.namespaceSelector)."""
+    ruleset = site(
+        """
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: prod-namespaces}
+spec:
+  match: {kinds: [Namespace], operations: [CREATE, UPDATE], namespaceSelector: {matchLabels: {tier: prod}}}
+  onMissingContext: Evaluate
+  validate: {expression: "false", message: "judged"}
+"""
+    )
+
+    def namespace(labels: dict[str, str]) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a", "labels": labels}}
+
+    assert judged(ruleset, AdmissionInput.offline(namespace({"tier": "prod"}))) == {"prod-namespaces": "fail"}
+    assert judged(ruleset, AdmissionInput.offline(namespace({"tier": "dev"}))) == {
+        "prod-namespaces": "namespaceSelector does not match"
+    }

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from .decision import NO_NAMESPACE_CONTEXT
-from .policy import Rule
+from .policy import LabelSelector, Rule
 from .workloads import Target, get_path, pods_elsewhere
 
 if TYPE_CHECKING:
@@ -63,10 +63,8 @@ def gate(copy: WorkingCopy, rule: Rule, target: Target) -> str | None:
         and rule.on_missing_context != "Evaluate"
     ):
         return REFUSED_FOR_CONTEXT if rule.on_missing_context == "Deny" else NO_NAMESPACE_CONTEXT
-    if match.namespace_selector is not None:
-        labels = ((admission.namespace_object or {}).get("metadata") or {}).get("labels")
-        if not match.namespace_selector.matches(labels):
-            return "namespaceSelector does not match"
+    if match.namespace_selector is not None and not _selected_by_namespace(copy, match.namespace_selector):
+        return "namespaceSelector does not match"
     if match.object_selector is not None and not _object_selected(copy, rule, target):
         return "objectSelector does not match"
     if (
@@ -77,6 +75,22 @@ def gate(copy: WorkingCopy, rule: Rule, target: Target) -> str | None:
         # kind whose pods admission cannot see (a TrainJob's come from its runtime)
         return "requests no accelerators (gpu: true)" if match.gpu else "requests accelerators (gpu: false)"
     return None
+
+
+def _selected_by_namespace(copy: WorkingCopy, selector: LabelSelector) -> bool:
+    """A namespaceSelector as the apiserver applies it to a webhook (admissionregistration/v1
+    ValidatingWebhook.namespaceSelector; apiserver pkg/admission/plugin/webhook/predicates/namespace
+    matcher.go): a Namespace is matched by its own labels, any other cluster-scoped object is never
+    exempted, a namespaced object by its Namespace's labels."""
+    admission = copy.admission
+    if copy.working.get("kind") == "Namespace" and copy.working.get("apiVersion") == "v1":
+        document = copy.working if admission.operation != "DELETE" else admission.old_object or copy.working
+        labels = get_path(document, ("metadata", "labels"))
+        return selector.matches(labels if isinstance(labels, Mapping) else None)
+    if not admission.namespace:
+        return True
+    labels = ((admission.namespace_object or {}).get("metadata") or {}).get("labels")
+    return selector.matches(labels)
 
 
 def _object_selected(copy: WorkingCopy, rule: Rule, target: Target) -> bool:
