@@ -3,16 +3,19 @@
 
 The set-up of bench.apiserver_path (envtest, the rendered registration narrowed to this run's
 namespaces, one `gpu-webhook serve` with the full pack and the namespace watch) plus the shipped CRDs.
-Each round measures two phases with the same tenant load, `--creates` server-side dry-run creates of
+Each round measures three phases with the same tenant load, `--creates` server-side dry-run creates of
 the GPU pod from `--clients` concurrent clients in `bench-tenant`:
 
-    baseline   the tenants alone
-    approver   the same, while `--approvers` clients in `bench-approver` (a process of their own) send dry-run
-               GPUPolicyExceptions as fast as they are answered, in turn (`--payloads`) an oversized one (45,000
-               near-miss rule names, 1.4 MB: the attack of issue 34) and a near-bound one (128
-               near-miss rule names, 64 selector labels, a 1 KiB reason: what the CRD lets through,
-               so the webhook's check runs), and the platform admin dry-run creates a GPUPolicy every
-               `--admin-interval` seconds (2; in the baseline too)
+    baseline       the tenants alone
+    approver       the same, while `--approvers` clients in `bench-approver` (a process of their own, as the
+                   namespace user `bench-approver`, impersonated, with RBAC to create GPUPolicyExceptions
+                   there) send dry-run GPUPolicyExceptions as fast as they are answered, in turn
+                   (`--payloads`) an oversized one (45,000 near-miss rule names, 1.4 MB: the attack of
+                   issue 34) and a near-bound one (128 near-miss rule names, 64 selector labels, a 1 KiB
+                   reason: what the CRD lets through, so the webhook's check runs), and the platform admin
+                   dry-run creates a GPUPolicy every `--admin-interval` seconds (2; in the baseline too)
+    approver-fair  the same with manifests/components/api-fairness applied (its FlowSchema queues the
+                   approver's writes in a priority level of their own; removed after the phase)
 
 For each phase: the tenants' p50/p99 and refused creates, the approver's answers by HTTP status, the
 admin's slowest apply and its statuses, the server's CPU seconds (its process and its check process) and
@@ -66,6 +69,8 @@ from webhook.kubeyaml import plain_documents
 CONFIG = "approver"
 TENANT, APPROVER = "bench-tenant", "bench-approver"
 API = "/apis/gpu-webhook.io/v1alpha1"
+APPROVER_USER = "bench-approver"  # the namespace user the approver clients act as (impersonated)
+FAIRNESS = REPO / "manifests/components/api-fairness/flowcontrol.yaml"
 GOAL_RATIO, GOAL_ADMIN_S = 1.5, 2.0
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -184,7 +189,12 @@ def flood(url: str, token: str, ca_file: str, approvers: int, kinds: list[str], 
 
     async def main() -> dict[str, int]:
         context = ssl.create_default_context(cafile=ca_file)
-        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json", "Accept": "application/json"}
+        headers = {
+            "Authorization": f"Bearer {token}",
+            "Impersonate-User": APPROVER_USER,  # a namespace user, not the exempt admin: API fairness applies
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+        }
         done = asyncio.Event()
         connector = aiohttp.TCPConnector(limit=approvers, ssl=context)
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as session:
@@ -234,7 +244,8 @@ async def measure(env: EnvTest, server_pid: int, args: argparse.Namespace) -> li
         warm = argparse.Namespace(creates=args.warmup, clients=args.clients)
         await tenants(session, env, headers, warm)
         for round_number in range(1, args.rounds + 1):
-            for phase in ("baseline", "approver"):
+            for phase in ("baseline", "approver", "approver-fair"):
+                fairness = apply_fairness(env) if phase == "approver-fair" else []
                 stop = asyncio.Event()
                 cpu = cpu_seconds(server_pid)
                 api_cpu = cpu_seconds(apiserver_pid) if apiserver_pid else 0.0
@@ -243,7 +254,7 @@ async def measure(env: EnvTest, server_pid: int, args: argparse.Namespace) -> li
                 spawned = multiprocessing.get_context("spawn")
                 flooding, results = spawned.Event(), spawned.Queue()
                 attacker = None
-                if phase == "approver":
+                if phase != "baseline":
                     attacker = spawned.Process(
                         target=flood,
                         args=(env.url, env.token, str(env.ca_file), args.approvers, args.payloads, flooding, results),
@@ -262,7 +273,9 @@ async def measure(env: EnvTest, server_pid: int, args: argparse.Namespace) -> li
                 row["server_cpu_s"] = cpu_seconds(server_pid) - cpu
                 row["apiserver_cpu_s"] = (cpu_seconds(apiserver_pid) - api_cpu) if apiserver_pid else 0.0
                 row["admin"] = done[-1]
-                if phase == "approver":
+                for path in fairness:
+                    env.request("DELETE", path)
+                if phase != "baseline":
                     answers: dict[str, int] = {}
                     for statuses in done[:-1]:
                         for key, count in statuses.items():
@@ -283,7 +296,7 @@ def line(row: dict[str, Any]) -> str:
         f"apiserver CPU {row['apiserver_cpu_s']:.1f} s in {row['seconds']:.1f} s; admin {row['admin']['applies']} applies, slowest {row['admin']['max_s']:.2f} s, "
         f"{row['admin']['statuses']}"
     )
-    if row["phase"] == "approver":
+    if row["phase"] != "baseline":
         text += (
             f"; approver {row['approver_answers']}; server CPU after the approver stopped "
             f"{row['server_cpu_s_after']:.2f} s"
@@ -294,7 +307,7 @@ def line(row: dict[str, Any]) -> str:
 def goals(rows: list[dict[str, Any]]) -> list[str]:
     out = []
     for row in rows:
-        if row["phase"] != "approver":
+        if row["phase"] == "baseline":
             continue
         baseline = next(r for r in rows if r["round"] == row["round"] and r["phase"] == "baseline")
         ratio = row["p99_ms"] / baseline["p99_ms"]
@@ -302,12 +315,45 @@ def goals(rows: list[dict[str, Any]]) -> list[str]:
         admin_ok = admin["max_s"] <= GOAL_ADMIN_S and set(admin["statuses"]) <= {"201"}
         met = ratio <= GOAL_RATIO and row["refused"] == 0 and admin_ok
         out.append(
-            f"round {row['round']}: tenants' p99 {row['p99_ms']:.1f} ms / baseline {baseline['p99_ms']:.1f} ms = "
+            f"round {row['round']} {row['phase']}: tenants' p99 {row['p99_ms']:.1f} ms / baseline {baseline['p99_ms']:.1f} ms = "
             f"{ratio:.2f}x (goal <= {GOAL_RATIO}x), {row['refused']} refused (goal 0), admin slowest "
             f"{admin['max_s']:.2f} s / {baseline['admin']['max_s']:.2f} s without the approver (goal <= "
             f"{GOAL_ADMIN_S} s, all 201): " + ("met" if met else "NOT met")
         )
     return out
+
+
+def allow_approver(env: EnvTest) -> None:
+    """The approver may create GPUPolicyExceptions in its namespace, as the shipped exception-admin role lets it."""
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "bench-approver", "namespace": APPROVER},
+        "rules": [{"apiGroups": ["gpu-webhook.io"], "resources": ["gpupolicyexceptions"], "verbs": ["create"]}],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "bench-approver", "namespace": APPROVER},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "bench-approver"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": APPROVER_USER}],
+    }
+    for document in (role, binding):
+        made = env.create(document)
+        assert made.ok, (made.status, made.message)
+
+
+def apply_fairness(env: EnvTest) -> list[str]:
+    """manifests/components/api-fairness created; the paths to delete it again."""
+    paths = []
+    for document in plain_documents(FAIRNESS.read_text()):
+        made = env.create(document)
+        assert made.ok, (made.status, made.message)
+        paths.append(
+            f"/apis/flowcontrol.apiserver.k8s.io/v1/{document['kind'].lower()}s/{document['metadata']['name']}"
+        )
+    time.sleep(1)  # the apiserver's APF config controller picks them up
+    return list(reversed(paths))
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -321,6 +367,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         install_crds(env)
         for namespace in (TENANT, APPROVER):
             env.create_namespace(namespace, {**TENANT_LABELS, TARGET: CONFIG}, TENANT_ANNOTATIONS)
+        allow_approver(env)
         port, metrics_port = free_port(), free_port()
         child = stack.enter_context(gpu_webhook_server(CONFIG, tmp, serving, port, metrics_port, pack, env.kubeconfig))
         webhooks, _ = registration(full, CONFIG)

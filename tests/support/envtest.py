@@ -217,11 +217,14 @@ def _parse_warning(header: str) -> str:
 
 @dataclass(frozen=True)
 class Response:
-    """One API call's answer: HTTP status, the decoded JSON body (or None) and the Warning headers' texts."""
+    """One API call's answer: HTTP status, the decoded JSON body (or None), the Warning headers' texts and
+    API Priority and Fairness's two headers (the FlowSchema and priority level that took the request)."""
 
     status: int
     body: Any
     warnings: tuple[str, ...] = ()
+    flow_schema_uid: str | None = None
+    priority_level_uid: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -513,14 +516,21 @@ class EnvTest:
         call = urllib.request.Request(url, data=data, method=method, headers=sent)
         try:
             with urllib.request.urlopen(call, timeout=timeout, context=self._ssl) as answer:
-                status, raw, warning_headers = answer.status, answer.read(), answer.headers.get_all("Warning") or []
+                status, raw, headers = answer.status, answer.read(), answer.headers
         except urllib.error.HTTPError as error:
-            status, raw, warning_headers = error.code, error.read(), error.headers.get_all("Warning") or []
+            status, raw, headers = error.code, error.read(), error.headers
+        warning_headers = headers.get_all("Warning") or []
         try:
             decoded = json.loads(raw) if raw else None
         except ValueError:
             decoded = raw.decode(errors="replace")
-        return Response(status, decoded, tuple(_parse_warning(w) for w in warning_headers))
+        return Response(
+            status,
+            decoded,
+            tuple(_parse_warning(w) for w in warning_headers),
+            headers.get("X-Kubernetes-PF-FlowSchema-UID"),
+            headers.get("X-Kubernetes-PF-PriorityLevel-UID"),
+        )
 
     def resource_path(self, api_version: str, kind: str, namespace: str | None = None) -> str:
         """The collection URL of `kind` in `api_version` (discovered once per group/version)."""
