@@ -69,15 +69,17 @@ def test_enforce_is_the_enforce_overlay(ca_dir: Path) -> None:
 
 
 def test_options_are_the_components(ca_dir: Path) -> None:
-    """cert-manager, the audit CronJob, PolicyReports and monitoring: each the component of the same name."""
+    """cert-manager, the audit CronJob, PolicyReports, API fairness and monitoring: each the component of the same name."""
     values = {
         "certificates": {"source": "certManager"},
         "auditCronJob": {"enabled": True},
         "policyReports": {"enabled": True},
+        "apiFairness": {"enabled": True},
         "monitoring": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
     }
     ours = comparable(template(values))
-    theirs = comparable(manifests("audit", ["cert-manager", "audit-cronjob", "policyreports", "monitoring"], None))
+    components = ["cert-manager", "audit-cronjob", "policyreports", "api-fairness", "monitoring"]
+    theirs = comparable(manifests("audit", components, None))
     assert ours.keys() == theirs.keys()
     for key in ours:
         assert ours[key] == theirs[key], key

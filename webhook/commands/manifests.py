@@ -38,9 +38,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--component",
         action="append",
         default=[],
-        choices=["cert-manager", "policyreports", "audit-cronjob", "monitoring"],
+        choices=["cert-manager", "policyreports", "audit-cronjob", "api-fairness", "monitoring"],
         help="add a component (repeatable): cert-manager issues the certificate; policyreports lets the server "
-        "write PolicyReports; audit-cronjob runs `audit --cluster -o policyreport --apply` every hour; monitoring "
+        "write PolicyReports; audit-cronjob runs `audit --cluster -o policyreport --apply` every hour; api-fairness "
+        "queues writes of the policy objects in an API priority level of their own (docs/day-two.md); monitoring "
         "adds the Prometheus Operator's ServiceMonitor and PrometheusRule (docs/operations.md §8)",
     )
     parser.add_argument("--ca", help="directory with ca.crt (and tls.crt/tls.key) from `gpu-webhook certs`")

@@ -3,7 +3,7 @@
 `python -m webhook.commands.generate helm [CHART_DIR]` (default manifests/helm/gpu-webhook) writes:
   - `crds/gpu-webhook.yaml`: the three CRDs, as rendered (webhook/install/crds.py);
   - `templates/generated/*.yaml`: every other object of the enforce overlay and of the optional
-    components (policyreports, audit-cronjob, cert-manager, monitoring), each a template where the
+    components (policyreports, audit-cronjob, cert-manager, api-fairness, monitoring), each a template where the
     chart's values go: the image, replicas, --mode, failurePolicy, the caBundle or cert-manager's
     injection, the excluded namespaces, resources, the TLS Secret's name, the audit schedule;
     an optional object is wrapped in its `enabled` value. The registration (`rules`,
@@ -45,6 +45,7 @@ COMPONENTS = {
     "policyreports": ".Values.policyReports.enabled",
     "audit-cronjob": ".Values.auditCronJob.enabled",
     "cert-manager": 'eq .Values.certificates.source "certManager"',
+    "api-fairness": ".Values.apiFairness.enabled",
 }
 MONITORING = {
     "ServiceMonitor": ".Values.monitoring.serviceMonitor.enabled",
