@@ -28,6 +28,7 @@ import logging
 import ssl
 import time
 from collections.abc import Callable
+from typing import cast
 
 from aiohttp import web
 
@@ -56,9 +57,9 @@ class _Refused(asyncio.Protocol):
     """Answers 503 and closes: the client learns why instead of seeing a reset."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.WriteTransport)
-        transport.write(_refusal())
-        transport.close()
+        writer = cast(asyncio.WriteTransport, transport)  # asyncio's or uvloop's
+        writer.write(_refusal())
+        writer.close()
 
 
 class _UntilFirstBytes(asyncio.Protocol):
@@ -75,8 +76,8 @@ class _UntilFirstBytes(asyncio.Protocol):
         self._deadline = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # asyncio's socket transport, or uvloop's (which has its methods without subclassing it)
+        self._transport = cast(asyncio.Transport, transport)
         loop = self._tls.loop
         self._deadline = loop.time() + self._tls.handshake_timeout
         self._timer = loop.call_at(self._deadline, transport.abort)
