@@ -321,11 +321,13 @@ _CANONICAL = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT
 
 
 def _content(data: Any) -> bytes | None:
-    """The document's data as canonical JSON; None when it is not JSON (then it is checked every time)."""
+    """The document's data as canonical JSON; None when it is not JSON (then it is checked every time).
+    With a null in it too: orjson writes NaN and infinities as null, and a null may be valid where they are not."""
     try:
-        return orjson.dumps(data, option=_CANONICAL)
+        content = orjson.dumps(data, option=_CANONICAL)
     except (TypeError, orjson.JSONEncodeError):
         return None
+    return None if b"null" in content else content
 
 
 def _explain(document: Document, error: Any, rule: str | None) -> Iterator[LoadError]:
