@@ -15,7 +15,7 @@ import pytest
 import webhook.authoring.lint
 import webhook.authoring.suite
 import webhook.commands.common
-import webhook.policies.isolation
+import webhook.policies.files
 from tests.support import RULES, LiveServer, client_ssl, start_server
 from tests.support.require_real import RealParts
 from webhook.certs import generate_bundle, write_bundle
@@ -76,7 +76,7 @@ def doors_load_each_pack_once() -> Iterator[None]:
             webhook.commands.common,
             webhook.authoring.suite,
             webhook.authoring.lint,
-            webhook.policies.isolation,
+            webhook.policies.files,
         ):
             patch.setattr(door, "load_rules", load_rules_once)
         yield

@@ -10,6 +10,7 @@ is compiled twice: the author's text for diagnostics and types, the rewritten te
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -349,6 +350,7 @@ def _references(source: str) -> frozenset[str]:
     )
 
 
+@functools.lru_cache(maxsize=4096)  # asked before the program cache: a reload's texts are answered at once
 def _reads_root(source: str, name: str) -> bool:
     """Whether the text names the variable with CEL's leading dot (`.params`)."""
     if name not in source:

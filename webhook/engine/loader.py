@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path as FsPath
 from typing import Any
 
+import orjson
 from jsonschema import Draft202012Validator
 
 from webhook.kubeyaml import Document, YamlError, load_documents
@@ -292,6 +293,9 @@ def _schema_errors(
     document: Document, validator: Draft202012Validator, errors: list[LoadError], rule: str | None
 ) -> bool:
     """Report every schema violation of one document; True when there were none."""
+    content = _content(document.data)
+    if content is not None and (id(validator), content) in _VALID:
+        return True
     before = len(errors)
     try:
         found = sorted(validator.iter_errors(document.data), key=lambda e: list(map(str, e.absolute_path)))
@@ -300,7 +304,30 @@ def _schema_errors(
         return False
     for error in found:
         errors.extend(_explain(document, error, rule))
+    if content is not None and len(errors) == before:
+        if len(_VALID) >= _VALID_MAX:
+            _VALID.clear()
+        _VALID.add((id(validator), content))
     return len(errors) == before
+
+
+# Documents found valid, by content: a reload (one policy object changed among hundreds) checks only what
+# is new, as CelEnvironment.compile keeps programs (the schema check was half of such a reload,
+# bench/policy_scale.py). The validators are module constants, so their ids stay theirs.
+_VALID: set[tuple[int, bytes]] = set()
+_VALID_MAX = 4096
+# only what YAML and the API give as JSON: a datetime or a dataclass is checked every time
+_CANONICAL = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+
+
+def _content(data: Any) -> bytes | None:
+    """The document's data as canonical JSON; None when it is not JSON (then it is checked every time).
+    With a null in it too: orjson writes NaN and infinities as null, and a null may be valid where they are not."""
+    try:
+        content = orjson.dumps(data, option=_CANONICAL)
+    except (TypeError, orjson.JSONEncodeError):
+        return None
+    return None if b"null" in content else content
 
 
 def _explain(document: Document, error: Any, rule: str | None) -> Iterator[LoadError]:

@@ -124,8 +124,9 @@ class ExceptionCache(PolicyObjectCache):
 
     The watch thread parses the object an event carries (jsonschema and all) and rebuilds the tuple of
     that namespace alone, which it swaps in whole: the request path (`of`) is one dict read, and a
-    change costs the changed object, not every exception of the cluster. A full list parses everything
-    once, on the same thread. Not applied, and counted (`not_applied`, `on_not_applied`): an exception
+    change costs the changed object, not every exception of the cluster. The first list parses everything
+    once, on the same thread; a list again (410 Gone, a broken watch) parses only the objects whose
+    resourceVersion it has not parsed. Not applied, and counted (`not_applied`, `on_not_applied`): an exception
     that does not parse (it reached the cluster while the /policies check was down; logged once per
     resourceVersion), and, past `per_namespace` valid ones in a namespace, the newest by
     (creationTimestamp, name). Failing closed: an extra exception lifts no rule, and which ones apply
@@ -177,7 +178,8 @@ class ExceptionCache(PolicyObjectCache):
     def _list(self, collection: str | None = None, limit: int | None = None) -> None:
         super()._list(collection, limit)
         items = self._items
-        self._parsed = {}
+        # what was parsed stays: an object the list returns at the resourceVersion already parsed is the
+        # same object (a re-list after 410 Gone or a broken watch parses only what changed meanwhile)
         for namespace in list(self._applied):
             if namespace not in items:
                 self._settle(namespace)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes.client import ApiClient
@@ -62,6 +63,12 @@ class PolicyObjectCache(WatchCache):
         self._answered = threading.Event()  # a list has had an answer: objects, 403 or 404
         self._one_shot = False
         self._absent_retry = absent_retry
+        self.listeners: list[Callable[[], None]] = []  # told of every list and event, on the watch thread
+
+    def _notify(self, kind: str, name: str) -> None:
+        super()._notify(kind, name)
+        for listener in self.listeners:
+            listener()
 
     def _list(self, collection: str | None = None, limit: int | None = None) -> None:
         try:
@@ -230,6 +237,12 @@ class PolicyCaches:
     def objects(self) -> list[dict[str, Any]]:
         """GPUPolicy then GPUPolicyOverlay objects, each sorted by name."""
         return [obj for cache in self.caches for obj in cache.objects()]
+
+    def subscribe(self, callback: Callable[[], None]) -> None:
+        """Call `callback()` (on a watch thread: it must only hand over) on every list and event of the rules'
+        caches: the server's reload watcher then loads a changed object at once (webhook/server/reload.py)."""
+        for cache in self.caches:
+            cache.listeners.append(callback)
 
     def start(self) -> None:
         """The rules' caches; the exceptions' starts with the other cluster caches."""

@@ -36,9 +36,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.engine import LoadError, LoadResult, SourceLocation, load_rules
+from webhook.engine import LoadError, LoadResult, SourceLocation
 from webhook.engine.documents import OVERLAY_KIND, POLICY_KIND
 from webhook.kube.policyobjects import PolicyObject
+
+from .files import RuleFiles
 
 Key = tuple[str, str, str]  # (kind, namespace, name)
 OVERLAID_MARK = f" (with {OVERLAY_KIND} "  # the loader's note on an error in an overlaid rule
@@ -69,16 +71,20 @@ def load_order(obj: Mapping[str, Any]) -> tuple[int, str, str, str]:
 
 
 def isolated_load(
-    paths: list[str], objects: Iterable[PolicyObject], previous: Mapping[Key, PolicyObject] | None = None
+    paths: list[str] | RuleFiles, objects: Iterable[PolicyObject], previous: Mapping[Key, PolicyObject] | None = None
 ) -> IsolatedLoad:
     """Load `paths` and `objects` (in load order), leaving out each object that does not load.
+
+    `paths` may be a RuleFiles that the caller keeps: the files are then parsed only when they change
+    (files.py); given as paths, they are parsed once for this load's loader runs.
 
     `previous`: the version of each object the last load ran. An object whose new version is left out
     runs its previous one instead, when that still loads beside everything else that does (the last good
     state is kept, as for a rule file); it stays reported with the new version's errors. After a restart
     there is no previous version, and the object is left out."""
+    files = paths if isinstance(paths, RuleFiles) else RuleFiles(paths)
     objects = list(objects)
-    outcome = _isolated(paths, objects)
+    outcome = _isolated(files, objects)
     if outcome.result.ruleset is None or not previous:
         return outcome
     current = {o.key: o for o in objects}
@@ -89,7 +95,7 @@ def isolated_load(
     }
     if not kept:
         return outcome
-    retry = _isolated(paths, [kept.get(o.key, o) for o in objects if o.key not in outcome.rejected or o.key in kept])
+    retry = _isolated(files, [kept.get(o.key, o) for o in objects if o.key not in outcome.rejected or o.key in kept])
     if retry.result.ruleset is None or any(key not in kept for key in retry.rejected):
         return outcome  # a previous version must never displace what loads now
     retry.rejected = outcome.rejected
@@ -98,7 +104,7 @@ def isolated_load(
     return retry
 
 
-def _isolated(paths: list[str], objects: Iterable[PolicyObject]) -> IsolatedLoad:
+def _isolated(files: RuleFiles, objects: Iterable[PolicyObject]) -> IsolatedLoad:
     """Load `paths` and `objects`, leaving out each object that does not load (the module's rules).
 
     Everything at once first (the usual case: one load), then without the objects its errors name
@@ -107,37 +113,37 @@ def _isolated(paths: list[str], objects: Iterable[PolicyObject]) -> IsolatedLoad
     overlay objects on the GPUPolicies that loaded: a GPUPolicy that does not compile is its own fault
     even where an overlay changes it, and an overlay is judged by what it does to rules that load."""
     objects = list(objects)
-    first = load_rules(paths, [o.document for o in objects])
+    first = files.load([o.document for o in objects])
     outcome = IsolatedLoad(first, objects, {}, 1)
     if first.ruleset is not None:
         return outcome
-    direct = _at_once(paths, objects, outcome)
+    direct = _at_once(files, objects, outcome)
     if direct is not None:
         return direct
     outcome = IsolatedLoad(first, objects, {}, outcome.rounds)
     policies = [o for o in objects if o.kind != OVERLAY_KIND]
     overlays = [o for o in objects if o.kind == OVERLAY_KIND]
     # without overlay objects, the first load is the GPUPolicies' first round
-    outcome = _settle(paths, [], policies, outcome, None if overlays else first)
+    outcome = _settle(files, [], policies, outcome, None if overlays else first)
     if outcome.result.ruleset is None or not overlays:
         return outcome
     rules = outcome.loaded
-    outcome = _settle(paths, rules, overlays, outcome)
+    outcome = _settle(files, rules, overlays, outcome)
     if outcome.result.ruleset is not None:
         return outcome
     # the rules loaded without the overlay objects, so an error no overlay is named for is still theirs
     # (an overlay that sets exceptable: false under a file's GPUPolicyException): each alone, newest first
     remaining = [o for o in outcome.loaded if o.kind == OVERLAY_KIND]
     for overlay in reversed(remaining):
-        alone = load_rules(paths, [o.document for o in (*rules, overlay)], absent=_absent(outcome.rejected))
+        alone = files.load([o.document for o in (*rules, overlay)], absent=_absent(outcome.rejected))
         outcome.rounds += 1
         if alone.ruleset is None:
             where = SourceLocation(overlay.label, 1, 1)
             outcome.rejected[overlay.key] = [LoadError(where, f"with this overlay: {e}") for e in alone.errors]
-    return _settle(paths, rules, [o for o in remaining if o.key not in outcome.rejected], outcome)
+    return _settle(files, rules, [o for o in remaining if o.key not in outcome.rejected], outcome)
 
 
-def _at_once(paths: list[str], objects: list[PolicyObject], outcome: IsolatedLoad) -> IsolatedLoad | None:
+def _at_once(files: RuleFiles, objects: list[PolicyObject], outcome: IsolatedLoad) -> IsolatedLoad | None:
     """The usual failure in fewer loads: while every error names its object and none is in an overlaid
     rule (whose blame needs the GPUPolicies judged alone first), drop the objects named and load the
     rest again. None when that does not settle it; `outcome.rounds` counts the loads made either way."""
@@ -151,7 +157,7 @@ def _at_once(paths: list[str], objects: list[PolicyObject], outcome: IsolatedLoa
             return None
         rejected.update(blamed)
         remaining = [o for o in remaining if o.key not in blamed]
-        result = load_rules(paths, [o.document for o in remaining], absent=_absent(rejected))
+        result = files.load([o.document for o in remaining], absent=_absent(rejected))
         outcome.rounds += 1
     return IsolatedLoad(result, remaining, rejected, outcome.rounds)
 
@@ -162,7 +168,7 @@ def _absent(rejected: Mapping[Key, object]) -> list[str]:
 
 
 def _settle(
-    paths: list[str],
+    files: RuleFiles,
     fixed: list[PolicyObject],
     candidates: list[PolicyObject],
     outcome: IsolatedLoad,
@@ -178,7 +184,7 @@ def _settle(
             result, first = first, None
         else:
             rounds += 1
-            result = load_rules(paths, [o.document for o in (*fixed, *candidates)], absent=_absent(rejected))
+            result = files.load([o.document for o in (*fixed, *candidates)], absent=_absent(rejected))
         if result.ruleset is not None:
             return IsolatedLoad(result, [*fixed, *candidates], rejected, rounds)
         blamed = blame(result.errors, candidates)

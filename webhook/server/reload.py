@@ -23,11 +23,13 @@ The caches keep the objects they last listed when the cluster stops answering or
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import ssl
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,26 +39,13 @@ from webhook.engine import LoadError, RuleSet, rule_files
 from webhook.engine.documents import OVERLAY_KIND, POLICY_KIND
 from webhook.kube.policies import SpecVersion, spec_version
 from webhook.kube.policyobjects import PolicyObject, policy_object, summary
+from webhook.policies.files import Fingerprint, RuleFiles, fingerprint
 from webhook.policies.isolation import isolated_load, load_order
 from webhook.server.build import BuildGuard
 from webhook.server.memory import settle
 from webhook.server.metrics import Metrics
 
 log = logging.getLogger("gpu_webhook.reload")
-Fingerprint = tuple[tuple[str, int, int, int], ...]
-
-
-def fingerprint(paths: list[str]) -> Fingerprint:
-    """What identifies the current content: resolved path, inode, size and mtime of each file."""
-    entries = []
-    for path in paths:
-        try:
-            real = os.path.realpath(path)
-            stat = os.stat(real)
-        except OSError:
-            continue
-        entries.append((real, stat.st_ino, stat.st_size, stat.st_mtime_ns))
-    return tuple(entries)
 
 
 class PolicySource(Protocol):
@@ -106,6 +95,10 @@ class RuleStore:
     _fingerprint: Fingerprint = ()
     _objects_version: SpecVersion = ()
     _good: dict[tuple[str, str, str], PolicyObject] = field(default_factory=dict)  # the versions in use
+    _files: RuleFiles | None = None  # the rule files' documents, parsed again only when they change
+    # (kind, namespace, name) -> (the cache's object, it as a loader document): a watch event replaces the
+    # object, so an unchanged one is converted once
+    _converted: dict[tuple[str, str, str], tuple[dict[str, Any], PolicyObject]] = field(default_factory=dict)
 
     def _current_fingerprint(self) -> Fingerprint:
         return fingerprint(rule_files(p for p in self.paths if os.path.exists(p)))
@@ -123,8 +116,11 @@ class RuleStore:
         synced = self.cluster is not None and self.cluster.synced
         raw = self.cluster.objects() if self.cluster is not None else []
         self._objects_version = spec_version(raw)
-        objects = [policy_object(obj) for obj in sorted(raw, key=load_order)]
-        outcome = isolated_load(self.paths, objects, self._good)
+        objects = [self._document(obj) for obj in sorted(raw, key=load_order)]
+        self._converted = {o.key: self._converted[o.key] for o in objects}
+        if self._files is None or self._files.paths != self.paths:
+            self._files = RuleFiles(self.paths)
+        outcome = isolated_load(self._files, objects, self._good)
         self.attempted = {o.key: o for o in objects}
         self.attempts += 1
         self.cluster_loaded = self.cluster_loaded or synced
@@ -147,6 +143,22 @@ class RuleStore:
         self.errors = []
         self.metrics.reload_ok.set(1)
         return True
+
+    @property
+    def file_reads(self) -> int:
+        """How many times the loads read and parsed the rule files (once per content, policies/files.py)."""
+        return self._files.reads if self._files is not None else 0
+
+    def _document(self, obj: dict[str, Any]) -> PolicyObject:
+        """The cache's object as a loader document, converted again only when the cache holds a new one."""
+        metadata = obj.get("metadata") or {}
+        key = (str(obj.get("kind") or ""), str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+        known = self._converted.get(key)
+        if known is not None and known[0] is obj:
+            return known[1]
+        converted = policy_object(obj)
+        self._converted[converted.key] = (obj, converted)
+        return converted
 
     def _reject(self, rejected: dict[tuple[str, str, str], list[LoadError]]) -> None:
         """Keep, count (by kind) and log the policy objects left out of the load."""
@@ -250,10 +262,45 @@ class CertificateStore:
         return fingerprint(self.files) != self._fingerprint
 
 
+# After a policy object's event, how long to wait for the rest of its burst (`kubectl apply -f dir/`):
+# one load then takes them all (events coming during a load are taken by the next one).
+COALESCE = 0.005
+
+
+class _Wake:
+    """Ends the watcher's wait early when a policy object's watch cache reports an event (on its thread)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._event = asyncio.Event()
+
+    def set(self) -> None:
+        """From any thread."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the server is stopping
+            self._loop.call_soon_threadsafe(self._event.set)
+
+    async def wait(self, timeout: float) -> bool:
+        """Until an event or `timeout`: whether an event came (its burst included)."""
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+        except TimeoutError:
+            return False
+        await asyncio.sleep(COALESCE)
+        self._event.clear()
+        return True
+
+
 async def watch(rules: RuleStore, certs: CertificateStore | None, interval: float) -> None:
-    """Poll for changes forever; rule reloads run in a thread so requests keep flowing."""
+    """Check for changes forever: every `interval`, and at once when a policy object's cache has an event
+    (a source with `subscribe(callback)`, webhook.kube.PolicyCaches), so that a changed GPUPolicy or
+    overlay serves within tens of milliseconds, not within the poll. Rule reloads run in a thread so
+    requests keep flowing."""
+    wake = _Wake(asyncio.get_running_loop())
+    subscribe: Callable[[Callable[[], None]], None] | None = getattr(rules.cluster, "subscribe", None)
+    if subscribe is not None:
+        subscribe(wake.set)
     while True:
-        await asyncio.sleep(interval)
+        await wake.wait(interval)
         try:
             if rules.changed() and await asyncio.to_thread(rules.load):
                 settle()  # the old rule set out of the frozen generation, the new one into it
