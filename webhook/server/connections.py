@@ -77,10 +77,10 @@ class _UntilFirstBytes(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # asyncio's socket transport, or uvloop's (which has its methods without subclassing it)
-        self._transport = cast(asyncio.Transport, transport)
+        self._transport = plain = cast(asyncio.Transport, transport)
         loop = self._tls.loop
         self._deadline = loop.time() + self._tls.handshake_timeout
-        self._timer = loop.call_at(self._deadline, transport.abort)
+        self._timer = loop.call_at(self._deadline, plain.abort)
 
     def data_received(self, data: bytes) -> None:
         assert self._transport is not None and self._timer is not None
