@@ -120,12 +120,8 @@ def test_the_two_mutating_entries_split_namespaces_by_the_tenant_label(rendered:
         for w in entries
     ]
     assert tenant_selector == [[(TENANT_LABEL, "NotIn")], [(TENANT_LABEL, "In")]]  # disjoint: no double mutation
-    # tenants: every pod with a container lacking NVIDIA_VISIBLE_DEVICES (void goes into GPU-less ones),
-    # every accelerator pod, and kubectl debug (tests/deploy/test_tenant_conditions.py)
-    assert [c["name"] for c in entries[1]["matchConditions"]] == [
-        "rule-inputs-changed",
-        "env-missing-or-requests-accelerators",
-    ]
+    # tenants: every pod (NVIDIA_VISIBLE_DEVICES=void goes into GPU-less ones) and kubectl debug
+    assert [c["name"] for c in entries[1]["matchConditions"]] == ["rule-inputs-changed"]
     assert "pods/ephemeralcontainers" in {r for rule in entries[1]["rules"] for r in rule["resources"]}
 
 

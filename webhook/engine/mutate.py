@@ -73,7 +73,7 @@ class MutationView:
     """A mutation as data. `name` is its MUTATIONS name; the fields it has no use for keep their defaults."""
 
     name: str
-    field: str = ""  # the field it writes: labels, annotations, priorityClassName, schedulerName; addEnv's variable
+    field: str = ""  # the field it writes: labels, annotations, priorityClassName, schedulerName
     # addToleration's toleration, requireNodeAffinity's node requirement; None with a byResourcePrefix table
     arguments: Mapping[str, Any] | None = None
     by_resource_prefix: bool = False  # its arguments come per pod spec from a byResourcePrefix table
@@ -425,8 +425,7 @@ class AddEnv(_NoCel):
     override: bool
 
     def view(self) -> MutationView:
-        # export refuses it; the registration reads the variable's name (install/registration.py)
-        return MutationView(self.name, field=self.env_name, value=self.value, override=self.override)
+        return MutationView(self.name, value=self.value, override=self.override)  # export refuses it
 
     def apply(self, ctx: MutationContext) -> None:
         # every container chosen before the first edit: an edit makes the target's facts (which

@@ -15,14 +15,6 @@ one kind table (webhook/engine/workloads.py, KIND_TABLE) and the kinds rules dec
     rule reads or sets them: `kubectl label --overwrite` is an UPDATE the rules must see.
   * `requests-accelerators` skips objects without accelerators, and only in an entry whose every
     rule is `gpu: true` (the mutating entry outside tenant namespaces, with the shipped pack).
-  * `env-missing-or-requests-accelerators` does the same in an entry whose rules are `gpu: true` or
-    add an environment variable (addEnv), except that it also sends an object with a container that
-    lacks such a variable (or, with `override`, has another value): addEnv leaves an existing entry
-    alone, so it cannot act on a pod whose every container already has it (the tenant mutating
-    entry: `visible-devices-void`). A controller's pod is made from a template the webhook already
-    gave the variable, so a tenant CPU pod made by a Deployment, Job or StatefulSet skips /mutate.
-    A MutatingAdmissionPolicy adding the variable instead costs the apiserver more than the webhook
-    call does (docs/performance.md, "The CPU pod").
 
 ENTRIES holds the fixed part of each entry (names, namespaces, failure policy); `configurations`
 renders both webhook configurations, and `manifests/base/webhooks.yaml` is its output for the
@@ -58,11 +50,6 @@ EXEMPT_NAMESPACES = ("kube-system", "gpu-webhook")
 REGISTERED_OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 EPHEMERAL_CONTAINERS = "pods/ephemeralcontainers"
 INPUTS_CHANGED, REQUESTS_ACCELERATORS = "rule-inputs-changed", "requests-accelerators"
-ENV_MISSING_OR_ACCELERATORS = "env-missing-or-requests-accelerators"
-ADD_ENV = "addEnv"  # its MUTATIONS name (webhook/engine/mutate.py)
-# every container list of a pod spec: addEnv writes init and regular containers at CREATE, ephemeral
-# ones through pods/ephemeralcontainers (kubectl debug)
-CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 SERVICE, NAMESPACE = "gpu-webhook", "gpu-webhook"
 # an answer takes milliseconds; 5 s only bounds a sick replica (the apiserver's default is 10, max 30)
 TIMEOUT_SECONDS = 5
@@ -297,28 +284,6 @@ def requests_accelerators(kinds: Iterable[WorkloadKind | KindApi], accelerators:
     """CEL: the object has a pod spec that asks for an accelerator (a resource or a DRA claim) or is
     scheduled by an annotation-marked allocator's scheduler, or is of a kind whose pod specs no fixed
     path reaches (always sent: the engine decides)."""
-    if any(not allocator.scheduler_names for allocator in accelerators.allocators):
-        return "true"  # an annotation-marked allocator of any scheduler: any pod may have its GPU
-    resource = f"r in {_cel_list(sorted(accelerators.exact))}" + "".join(
-        f" || r.startsWith('{prefix}')" for prefix in accelerators.prefixes
-    )
-    # annotation-marked allocators (resources.Allocator) give GPUs only to pods of their schedulers
-    schedulers = sorted({name for allocator in accelerators.allocators for name in allocator.scheduler_names})
-    scheduled = f"  (has(s.schedulerName) && s.schedulerName in {_cel_list(schedulers)}) ||\n" if schedulers else ""
-    return _spec_test(
-        kinds,
-        f"{scheduled}"
-        "  (has(s.resourceClaims) && size(s.resourceClaims) > 0) ||\n"
-        "  ((has(s.containers) ? s.containers : []) + (has(s.initContainers) ? s.initContainers : []))\n"
-        "    .exists(c, has(c.resources) && (\n"
-        f"      (has(c.resources.limits) && c.resources.limits.exists(r, {resource})) ||\n"
-        f"      (has(c.resources.requests) && c.resources.requests.exists(r, {resource}))))",
-    )
-
-
-def _spec_test(kinds: Iterable[WorkloadKind | KindApi], test: str) -> str:
-    """CEL: some pod spec `s` of the object passes `test`, or the object is of a kind whose pod specs no
-    fixed path reaches (always true: the engine decides)."""
     by_groups: dict[str, list[str]] = {}
     always: list[str] = []
     for api in kinds:
@@ -329,35 +294,27 @@ def _spec_test(kinds: Iterable[WorkloadKind | KindApi], test: str) -> str:
             by_groups.setdefault(groups, []).append(api.kind)
     branches = []
     for groups, names in by_groups.items():
-        kind_test = f"object.kind == '{names[0]}'" if len(names) == 1 else f"object.kind in {_cel_list(sorted(names))}"
-        branches.append(f"{kind_test} ? {groups} :")
-    sent = f"object.kind in {_cel_list(sorted(always))} ||\n" if always else ""
-    return (
-        f"{sent}has(object.spec) && (\n  "
-        + "\n  ".join(branches)
-        + f"\n  []\n).exists(group, group.exists(s,\n{test}))"
+        test = f"object.kind == '{names[0]}'" if len(names) == 1 else f"object.kind in {_cel_list(sorted(names))}"
+        branches.append(f"{test} ? {groups} :")
+    resource = f"r in {_cel_list(sorted(accelerators.exact))}" + "".join(
+        f" || r.startsWith('{prefix}')" for prefix in accelerators.prefixes
     )
-
-
-def env_missing(kinds: Iterable[WorkloadKind | KindApi], variables: Sequence[tuple[str, str | None]]) -> str:
-    """CEL: a container of the object lacks one of `variables` ((name, value): the value only where
-    addEnv overrides a different one), so an addEnv rule may act on it."""
-    missing = []
-    for name, value in variables:
-        entry = f"has(e.name) && e.name == '{name}'"
-        if value is not None:
-            entry += f" && has(e.value) && e.value == '{value}' && !has(e.valueFrom)"
-        missing.append(f"!(has(c.env) && c.env.exists(e, {entry}))")
-    lists = " + ".join(f"(has(s.{field}) ? s.{field} : [])" for field in CONTAINER_LISTS)
-    return _spec_test(kinds, f"  ({lists})\n    .exists(c, {' || '.join(missing)})")
-
-
-def _added_env(rule: Rule) -> list[tuple[str, str | None]] | None:
-    """The variables of a rule whose every mutation is addEnv ((name, value when it overrides)), else None."""
-    views = [mutation.view() for mutation in rule.mutations]
-    if not views or any(view.name != ADD_ENV for view in views):
-        return None
-    return [(view.field, view.value if view.override else None) for view in views]
+    sent = f"object.kind in {_cel_list(sorted(always))} ||\n" if always else ""
+    if any(not allocator.scheduler_names for allocator in accelerators.allocators):
+        return "true"  # an annotation-marked allocator of any scheduler: any pod may have its GPU
+    # annotation-marked allocators (resources.Allocator) give GPUs only to pods of their schedulers
+    schedulers = sorted({name for allocator in accelerators.allocators for name in allocator.scheduler_names})
+    scheduled = f"  (has(s.schedulerName) && s.schedulerName in {_cel_list(schedulers)}) ||\n" if schedulers else ""
+    return (
+        f"{sent}has(object.spec) && (\n  " + "\n  ".join(branches) + "\n  []\n"
+        ").exists(group, group.exists(s,\n"
+        f"{scheduled}"
+        "  (has(s.resourceClaims) && size(s.resourceClaims) > 0) ||\n"
+        "  ((has(s.containers) ? s.containers : []) + (has(s.initContainers) ? s.initContainers : []))\n"
+        "    .exists(c, has(c.resources) && (\n"
+        f"      (has(c.resources.limits) && c.resources.limits.exists(r, {resource})) ||\n"
+        f"      (has(c.resources.requests) && c.resources.requests.exists(r, {resource}))))))"
+    )
 
 
 def _cel_list(names: Sequence[str]) -> str:
@@ -372,26 +329,13 @@ def match_conditions(ruleset: RuleSet, entry: Entry) -> list[dict[str, str]]:
     fields = watched_fields(rules)
     if fields is not None:
         conditions.append({"name": INPUTS_CHANGED, "expression": inputs_changed(fields)})
-    if not all(r.match.operations <= {"CREATE", "UPDATE"} for r in rules):
-        return conditions
-    gpu_rules = [r for r in rules if r.match.gpu is True]
-    env_rules = {r.name: added for r in rules if r.match.gpu is not True and (added := _added_env(r)) is not None}
-    if len(gpu_rules) + len(env_rules) < len(rules):
-        return conditions  # a rule that may act on any object
-    accelerators = requests_accelerators(_kinds(gpu_rules, entry.phase), ruleset.accelerators) if gpu_rules else ""
-    if not env_rules:
-        conditions.append({"name": REQUESTS_ACCELERATORS, "expression": accelerators})
-        return conditions
-    variables = list(dict.fromkeys(v for added in env_rules.values() for v in added))
-    missing = env_missing(_kinds([r for r in rules if r.name in env_rules], entry.phase), variables)
-    # the missing variable first: a GPU pod's GPU container never has it, so it is sent at once
-    expression = f"({missing}) ||\n({accelerators})" if accelerators else missing
-    conditions.append({"name": ENV_MISSING_OR_ACCELERATORS, "expression": expression})
+    only_gpu = bool(rules) and all(r.match.gpu is True and r.match.operations <= {"CREATE", "UPDATE"} for r in rules)
+    if only_gpu:
+        kinds = {api.kind: api for rule in rules for api in sent_apis(rule, entry.phase)}
+        conditions.append(
+            {"name": REQUESTS_ACCELERATORS, "expression": requests_accelerators(kinds.values(), ruleset.accelerators)}
+        )
     return conditions
-
-
-def _kinds(rules: Iterable[Rule], phase: Phase) -> list[WorkloadKind | KindApi]:
-    return list({api.kind: api for rule in rules for api in sent_apis(rule, phase)}.values())
 
 
 # -- the configurations ---------------------------------------------------------------------------
@@ -491,10 +435,8 @@ BASE_HEADER = """\
 # server keeps the live objects in step with the rules it loads.
 #
 # Mutating, two entries with disjoint namespaceSelectors (no object is mutated twice): outside tenant
-# namespaces only objects that request accelerators (the pack mutates nothing else there), and in
-# tenant namespaces (gpu-webhook.io/tenant=true) those too and every pod and workload with a container
-# that lacks NVIDIA_VISIBLE_DEVICES (visible-devices-void adds it; a pod made from a template that has
-# it already skips the call). Validating: every object the
+# namespaces only objects that request accelerators (the pack mutates nothing else there), and every
+# pod and workload in tenant namespaces (gpu-webhook.io/tenant=true). Validating: every object the
 # rules target, and (policies.gpu-webhook.io) the policy objects themselves, so that a broken
 # GPUPolicy, GPUPolicyOverlay or GPUPolicyException is refused at apply (its failurePolicy follows the
 # others': one that got in while the webhook was down is still refused by the loader, and its status
