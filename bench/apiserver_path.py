@@ -134,18 +134,27 @@ _APISERVER_LINE = re.compile(rf"^({APISERVER_METRIC}|{POLICY_METRIC})_(bucket|su
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
+# gpu: the GPU pod of the end-to-end tests (one container, one NVIDIA GPU); cpu: the same pod without
+# the GPU, created bare (kubectl run); cpu-controller: that CPU pod as a Deployment's, Job's or
+# StatefulSet's controller makes it, from a template the webhook gave NVIDIA_VISIBLE_DEVICES=void
+POD_KINDS = ("gpu", "cpu", "cpu-controller")
+
+
 def pod(kind: str, namespace: str) -> dict[str, Any]:
-    """The GPU pod of the end-to-end tests (one container, one NVIDIA GPU), or the same pod without the GPU."""
+    """The bench pod of `kind` (POD_KINDS) in `namespace`."""
     resources: dict[str, Any] = {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"memory": "4Gi"}}
     if kind == "gpu":
         resources["requests"]["nvidia.com/gpu"] = "1"
         resources["limits"]["nvidia.com/gpu"] = "1"
     image = "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04" if kind == "gpu" else "registry.example.com/app:1.0"
+    container: dict[str, Any] = {"name": "main", "image": image, "resources": resources}
+    if kind == "cpu-controller":
+        container["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": f"bench-{kind}", "namespace": namespace},
-        "spec": {"containers": [{"name": "main", "image": image, "resources": resources}]},
+        "spec": {"containers": [container]},
     }
 
 
@@ -737,6 +746,23 @@ def goals(result: dict[str, Any]) -> list[str]:
             f"{row['config']} {row['pod']} pod, {row['clients']} client(s): p50 {row['p50_over_noop_ms']:+.2f} ms, "
             f"p99 {row['p99_over_noop_ms']:+.2f} ms over the no-op webhook; goal {want}: {'met' if met else 'NOT met'}"
         )
+    return out + void_cost(result)
+
+
+def void_cost(result: dict[str, Any]) -> list[str]:
+    """What visible-devices-void costs a CPU pod: gpu-webhook over no-void (the same server and pack with
+    the rule off) in the same run; goal ≤ +0.3 ms (issue 39)."""
+    index = {(r["config"], r["pod"], r["clients"]): r for r in result["rows"]}
+    out = []
+    for (config, kind, clients), row in sorted(index.items()):
+        other = index.get(("no-void", kind, clients))
+        if config != "gpu-webhook" or not kind.startswith("cpu") or other is None:
+            continue
+        cost = row["p50_ms"] - other["p50_ms"]
+        out.append(
+            f"visible-devices-void on a {kind} pod, {clients} client(s): p50 {cost:+.2f} ms over no-void "
+            f"({row['p50_ms'] / other['p50_ms']:.2f}x); goal ≤ +0.3 ms: {'met' if cost <= 0.3 else 'NOT met'}"
+        )
     return out
 
 
@@ -747,7 +773,7 @@ def main() -> int:
     )
     parser.add_argument("--rounds", type=int, default=4, help="rounds; each runs every configuration once (default 4)")
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8], help="concurrent clients (default 1 8)")
-    parser.add_argument("--pods", nargs="+", choices=["gpu", "cpu"], default=["gpu", "cpu"])
+    parser.add_argument("--pods", nargs="+", choices=POD_KINDS, default=list(POD_KINDS))
     parser.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS))
     parser.add_argument("--warmup", type=int, default=10, help="unmeasured creates per configuration and pod first")
     parser.add_argument("--out", type=Path, default=RESULTS)
