@@ -564,9 +564,12 @@ def wait_until_called(
 
 
 def wait_for_policies(env: EnvTest) -> None:
-    """Until a native policy acts in the mixed namespace (no-node-name-in-tenants: a pod naming its node)."""
-    probe = pod("cpu", NAMESPACES["mixed"])
-    probe["spec"]["nodeName"] = "gpu-node-1"
+    """Until a native policy acts in mixed mode (no-privileged-in-tenants: a privileged container), in
+    a namespace of its own: the tenant labels' PodSecurity baseline refuses it before any policy."""
+    labels = {k: v for k, v in TENANT_LABELS.items() if not k.startswith("pod-security.")}
+    env.create_namespace("bench-mixed-probe", {**labels, TARGET: "mixed"}, TENANT_ANNOTATIONS)
+    probe = pod("cpu", "bench-mixed-probe")
+    probe["spec"]["containers"][0]["securityContext"] = {"privileged": True}
     deadline = time.monotonic() + 30
     while True:
         answer = env.dry_run_create(probe)

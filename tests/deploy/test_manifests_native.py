@@ -103,3 +103,53 @@ def test_exceptable_rules_stay_with_the_webhook_unless_the_site_s_overlay_says_o
     webhook_rules = {rule.name for rule in configmap_ruleset(configmap).rules}
     assert "no-node-name-in-tenants" not in webhook_rules and "gpu-node-affinity" in webhook_rules
     assert "exceptable: false" not in configmap["data"]["native.yaml"]  # the entry left with its rule
+
+
+NATIVE_POD_RULE = """\
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: pods-named}
+spec:
+  exceptable: false
+  action: Deny
+  ratcheting: false
+  match: {kinds: [Pod], operations: [CREATE]}
+  validate: {expression: "object.metadata.name != 'forbidden'", message: refused}
+"""
+WEBHOOK_DEPLOYMENT_RULE = """\
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: deployments-read-priority-classes}
+spec:
+  exceptable: false
+  action: Deny
+  match: {kinds: [Deployment], operations: [CREATE]}
+  validate: {expression: "size(priorityClasses) >= 0", message: refused}
+"""
+
+
+def _validated_resources(documents: list[dict]) -> set[str]:
+    (config,) = [d for d in documents if d["kind"] == "ValidatingWebhookConfiguration"]
+    return {
+        resource
+        for webhook in config["webhooks"]
+        if webhook["name"].startswith("validate.")
+        for rule in webhook.get("rules") or []
+        for resource in rule["resources"]
+    }
+
+
+def test_a_request_only_exported_rules_act_on_is_not_sent_to_the_webhook(
+    ca_dir: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Mixed mode saves the webhook call where it can: the registration follows the rules left to the
+    webhook (install/manifests.py derives it from the ConfigMap after --native), so pods, whose one
+    rule runs in the apiserver, are no longer sent to /validate; deployments still are."""
+    (tmp_path / "pods.yaml").write_text(NATIVE_POD_RULE)
+    (tmp_path / "deployments.yaml").write_text(WEBHOOK_DEPLOYMENT_RULE)
+    alone = _validated_resources(render(ca_dir, capsys, "--rules", str(tmp_path)))
+    mixed_documents = render(ca_dir, capsys, "--rules", str(tmp_path), "--native")
+    assert split(mixed_documents) == ({"deployments-read-priority-classes"}, {"pods-named"})
+    mixed = _validated_resources(mixed_documents)
+    assert "pods" in alone and "deployments" in alone
+    assert "pods" not in mixed and "deployments" in mixed

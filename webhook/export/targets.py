@@ -227,6 +227,10 @@ def _dispatch(branches: list[tuple[str, str]]) -> str:
 
 def _enriched(fields: set[str], translator: Translator, with_paths: bool, specs_needed: bool = True) -> str:
     out = ["'description': gwX.description"] + (["'specs': gwX.specs"] if specs_needed else [])
+    if fields & {"spec", "containers"}:
+        # a rule reading one gets both: the targets texts of the rules of a merged policy are then one
+        # variable (merge.py), so the apiserver builds them once per pass, not once per rule
+        fields = fields | {"spec", "containers"}
     if "spec" in fields:
         out.append("'spec': dyn(size(gwX.specs) == 1 ? gwX.specs[0] : null)")
     if "metadata" in fields:
