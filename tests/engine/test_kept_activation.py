@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import RULES, cpu_pod, gpu_pod
+from tests.support import RULES, cpu_pod, gpu_pod, load_rule_text
 from webhook.authoring.suite import admission, discover
 from webhook.engine import AdmissionInput, Decision, Phase, evaluate, load_rules
 from webhook.engine.programs import Programs, edit_reaches
@@ -108,3 +108,54 @@ def test_kept_activations_give_the_same_decisions(monkeypatch: pytest.MonkeyPatc
             if found != expected:
                 differences.append(f"{phase}: {name}")
     assert differences == []
+
+
+KEPT_RULES = """\
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: a-tolerate}
+spec:
+  match: {kinds: [Pod], operations: [CREATE], condition: "object.kind == 'Pod'"}
+  mutate:
+    - addToleration: {key: example.com/gpu, operator: Exists, effect: NoSchedule}
+---
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: b-reads-the-name}
+spec:
+  match: {kinds: [Pod], operations: [CREATE], condition: "object.metadata.name != ''"}
+  mutate:
+    - setLabels: {values: {named: "yes"}}
+---
+apiVersion: gpu-webhook.io/v1alpha1
+kind: GPUPolicy
+metadata: {name: c-reads-the-toleration}
+spec:
+  match:
+    kinds: [Pod]
+    operations: [CREATE]
+    condition: "has(object.spec.tolerations) && object.spec.tolerations.exists(t, t.key == 'example.com/gpu')"
+  mutate:
+    - setLabels: {values: {tolerated: "yes"}}
+"""
+
+
+def test_an_edit_beside_what_an_expression_reads_keeps_the_activation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ruleset = load_rule_text(tmp_path, KEPT_RULES)
+    made = []
+    activation = Programs._activation
+
+    def counted(self: Programs, *args: Any) -> Any:
+        made.append(args[0].description)
+        return activation(self, *args)
+
+    monkeypatch.setattr(Programs, "_activation", counted)
+    decision = evaluate(ruleset, AdmissionInput.offline(gpu_pod()), phase=Phase.MUTATE)
+    assert not decision.errors, decision.errors
+    assert decision.mutated is not None
+    assert decision.mutated["metadata"]["labels"] == {"named": "yes", "tolerated": "yes"}
+    # the first activation answers a-tolerate and, past the toleration it added, b-reads-the-name;
+    # c-reads-the-toleration reads what the edit wrote: a second one
+    assert len(made) == 2
