@@ -1,6 +1,6 @@
 """Where `audit`'s work goes, in instructions per object: load-independent, split by library.
 
-    python -m bench.audit_instructions [--rules two|pack|DIR] [--baseline SRC] [--small 500 --large 1500] [-- AUDIT-ARGS]
+    python -m bench.audit_instructions [--rules two|pack|pack-ns|DIR] [--baseline SRC] [--small 500 --large 1500] [-- AUDIT-ARGS]
 
 Wall and CPU time on this shared 2-core machine vary by up to 25% between identical runs;
 instructions do not. The real command (`gpu-webhook audit DIR --rules R -o json`) runs under
@@ -10,7 +10,8 @@ cost of one more object, startup excluded. `cg_annotate` names each function wit
 file or symbol, and the functions are grouped by where they come from: the CEL runtime (C++,
 value conversion included), libyaml, rapidyaml, the Python interpreter (bytecode, dicts,
 objects), its regex engine, libc (malloc, memcpy) and the rest (orjson and other code without
-symbols). `--baseline SRC` measures another tree of the `webhook` package the same way (e.g.
+symbols). `pack-ns` is the pack with the pods' Namespace objects (`--namespace-objects`, as
+bench.audit_bench writes them), so every rule is evaluated. `--baseline SRC` measures another tree of the `webhook` package the same way (e.g.
 `git archive <commit> webhook | tar -x -C SRC`). Instructions are not time (C code retires more
 of them per cycle than the interpreter's dispatch), so use them for ratios of one part.
 Needs valgrind (not in the `bench` extra: a system package).
@@ -27,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.audit_bench import RULES, child_env
+from bench.audit_bench import RULES, child_env, write_namespaces
 from tests.support import manifests
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,7 +102,7 @@ def per_object(rules: Path, small: int, large: int, extra: list[str], source: st
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rules", default="two", help="two, pack, or a rules directory")
+    parser.add_argument("--rules", default="two", help="two, pack, pack-ns, or a rules directory")
     parser.add_argument("--baseline", help="another tree of the webhook package, measured the same way")
     parser.add_argument("--small", type=int, default=500)
     parser.add_argument("--large", type=int, default=1500)
@@ -109,7 +110,11 @@ def main() -> None:
     args = parser.parse_args()
     rules = RULES.get(args.rules, Path(args.rules))
     trees = [("this tree", None)] + ([("baseline", os.path.abspath(args.baseline))] if args.baseline else [])
-    results = {name: per_object(rules, args.small, args.large, args.audit_args, source) for name, source in trees}
+    with tempfile.TemporaryDirectory(prefix="audit-instructions-namespaces-") as tmp:
+        extra = list(args.audit_args)
+        if args.rules == "pack-ns":
+            extra += ["--namespace-objects", str(write_namespaces(Path(tmp)))]
+        results = {name: per_object(rules, args.small, args.large, extra, source) for name, source in trees}
     names = [name for name, _ in trees]
     print(f"instructions per object, {rules.name}, ({args.large} - {args.small} pods) / {args.large - args.small}")
     print("| part | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names))

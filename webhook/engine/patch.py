@@ -23,6 +23,9 @@ class Patcher:
     def __init__(self, document: dict[str, Any]) -> None:
         self.document = document
         self.operations: list[dict[str, Any]] = []
+        # each operation's path as steps (an append's last step "-"): what programs.py checks a
+        # kept activation against without parsing the pointers back
+        self.paths: list[Path] = []
         # The containers this patcher may edit in place: the root, and the copies it made. Kept with
         # the objects themselves, so that no id here can be reused by another object meanwhile.
         self._own: dict[int, Any] = {id(document): document}
@@ -103,6 +106,7 @@ class Patcher:
         if op != "remove":
             entry["value"] = _copy(value)
         self.operations.append(entry)
+        self.paths.append(path)
 
 
 class PatchConflict(ValueError):

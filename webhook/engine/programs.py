@@ -14,14 +14,14 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.cel.reads import Tree, project
+from webhook.cel.reads import WHOLE, Tree, project
 from webhook.cel.results import plain_result
 
 from .cel import CelEvaluationError, CompiledExpression
 from .decision import RuleError
 from .facts import WorkingCopy
 from .limits import Budget
-from .pointer import get_path, is_map
+from .pointer import Path, get_path, is_map
 from .policy import Rule
 from .projection import NAMESPACE_VARIABLES, FusedProgram, Projection
 from .request import AdmissionInput, default_priority_class
@@ -43,6 +43,8 @@ FACT_VARIABLES = frozenset(
         "quantities",
     }
 )
+# The variables that hold the facts' own values (podSpec, a projection, is checked on its own)
+FACTS_HELD = FACT_VARIABLES - {"podSpec"}
 # Results kept per (expression, namespace version) before the table starts over (a rule set
 # has a few hundred such expressions at most; a cluster a few thousand namespaces)
 NAMESPACE_RESULTS_LIMIT = 8192
@@ -69,8 +71,9 @@ class Programs:
         self.projection = projection
         self.budget = budget
         self.copy = copy  # what the expressions read: the working copy and its targets' facts
-        # target root -> (version of the working copy, the activation every params-bound expression shares)
-        self._activations: dict[tuple[str | int, ...], tuple[int, Any]] = {}
+        # target root -> (version of the working copy it was made at, the activation every params-bound
+        # expression shares, the target's facts it holds or None)
+        self._activations: dict[tuple[str | int, ...], tuple[int, Any, Any]] = {}
         self._default_class: str | None = None
         # id of the projection trees -> projected (oldObject, request, namespaceObject)
         self._fixed: dict[int, tuple[Any, Any, Any]] = {}
@@ -107,7 +110,8 @@ class Programs:
         if self._namespace_version is not None and expression.references <= NAMESPACE_VARIABLES:
             return self._namespace_result(rule, target, expression, self._namespace_version)
         if expression.params_bound and id(expression) in self.projection.covered:
-            return evaluate_expression(expression, self._shared_activation(target))  # the common case
+            # the common case
+            return evaluate_expression(expression, self._shared_activation(target, expression))
         return self._evaluate(rule, target, expression)
 
     # -- fused evaluation ----------------------------------------------------------------------------
@@ -240,17 +244,52 @@ class Programs:
             references = rule.references | expression.references
             activation = self._activation(target, rule.params, references, self.projection.trees)
             return evaluate_expression(expression, activation)
-        return evaluate_expression(expression, self._shared_activation(target))
+        return evaluate_expression(expression, self._shared_activation(target, expression))
 
-    def _shared_activation(self, target: Target) -> Any:
-        """The activation every params-bound expression of the target shares, per state of the working copy."""
+    def _shared_activation(self, target: Target, expression: CompiledExpression | None = None) -> Any:
+        """The activation every params-bound expression of the target shares, for `expression` (None:
+        for any of the projection's, as the fused program).
+
+        Made again after an edit only when the edit reaches what the expression reads of the working
+        copy (`_stale`): the runtime converts each variable of an activation once, deeply, on its
+        first use, so a kept activation spares converting the object again for the mutating rules
+        after an edit that reads none of what it changed (a toleration added, then labels read).
+        """
         patcher = self.copy.patcher
         version = len(patcher.operations) if patcher is not None else 0  # self.copy.version(), inline
         cached = self._activations.get(target.root)
-        if cached is None or cached[0] != version:
-            cached = (version, self._activation(target, None, self.projection.references, self.projection.trees))
+        if cached is None or (cached[0] != version and self._stale(target, cached, expression)):
+            projection = self.projection
+            facts = None if projection.references.isdisjoint(FACT_VARIABLES) else self.copy.facts(target)
+            cached = (version, self._activation(target, None, projection.references, projection.trees), facts)
             self._activations[target.root] = cached
         return cached[1]
+
+    def _stale(self, target: Target, cached: tuple[int, Any, Any], expression: CompiledExpression | None) -> bool:
+        """Whether the edits since `cached` was made may change what `expression` (None: any of the
+        projection's) reads of its variables.
+
+        An expression's answer depends only on the fields it reads (webhook/cel/reads.py: its read
+        trees, a superset); those of object, podSpec and podMetadata are what the activation held
+        when made unless an edit since reaches one of them (`edit_reaches`), whether the runtime
+        converted the variable before the edit or converts it now: each is a projection, a document
+        of its own down to the trees' leaves, which keep the working copy's values. The other
+        variables of the pod specs are their facts': kept while facts() keeps them (facts.py).
+        """
+        patcher = self.copy.patcher
+        assert patcher is not None  # the version moved: something was edited
+        edits = patcher.paths[cached[0] :]
+        if expression is None:
+            reads, trees = self.projection.references, self.projection.trees
+        else:
+            reads, trees = expression.references, self.projection.own_trees[id(expression)]
+        if "object" in reads and any(edit_reaches(trees["object"], path) for path in edits):
+            return True
+        if len(target.pod_specs) == 1:
+            for name, place in (("podSpec", target.pod_specs[0]), ("podMetadata", target.pod_metadata[0])):
+                if name in reads and any(edit_reaches(trees[name], path, place) for path in edits):
+                    return True
+        return not reads.isdisjoint(FACTS_HELD) and self.copy.facts(target) is not cached[2]
 
     def _activation(self, target: Target, params: Any, references: frozenset[str], trees: Mapping[str, Tree]) -> Any:
         """The CEL variables `references` names (what the expressions to run on it read), and no others.
@@ -343,6 +382,23 @@ def namespace_version(namespace: Mapping[str, Any] | None, unchanging: bool = Fa
         if isinstance(uid, str) and uid and isinstance(version, str) and version:
             return uid, version
     return ("", str(id(namespace))) if unchanging else None
+
+
+def edit_reaches(tree: Tree, path: Path, place: Path = ()) -> bool:
+    """Whether an edit at `path` (a Patcher's steps) may change what a projection by `tree` of the
+    value at `place` holds: it writes at or below one of the tree's leaves, or replaces a node on
+    the way to one. A list index (or an append's "-") below a node the tree still cuts counts as
+    reaching it: project() keeps lists whole."""
+    if path[: len(place)] != place:
+        return place[: len(path)] == path  # outside the value, unless it replaces an ancestor of it
+    node = tree
+    for step in path[len(place) :]:
+        if node is WHOLE or type(step) is not str or step == "-":
+            return True
+        if step not in node:
+            return False
+        node = node[step]
+    return True  # at a node of the tree: the edit replaces what it reads
 
 
 def evaluate_expression(expression: CompiledExpression, activation: Any) -> Any:

@@ -62,6 +62,10 @@ class Projection:
     fusion: Mapping[int, tuple[CompiledExpression | None, CompiledExpression | None, bool, bool]] = field(
         default_factory=dict, compare=False, hash=False
     )
+    # id of an expression -> its own read trees of object, podSpec and podMetadata (the roots mutations
+    # change; the projection's trees for the others): what an edit must reach for a kept activation
+    # to give that expression another answer (programs.Programs._stale)
+    own_trees: Mapping[int, Mapping[str, Tree]] = field(default_factory=dict, compare=False, hash=False)
     # the fused programs of the validating phase (programs.Programs._fused_results), by what they hold: the ids
     # of each member's fused condition and validation (0: not fused); None when one did not compile
     fused: dict[tuple[tuple[int, int], ...], FusedProgram | None] = field(
@@ -94,16 +98,25 @@ def projection_for(ruleset: RuleSet, candidates: tuple[Rule, ...], phase: Phase)
         return cached
     expressions = [e for rule in candidates for e in rule_expressions(rule, phase)]
     validating = tuple(rule for rule in candidates if rule.validate is not None) if phase != Phase.MUTATE else ()
+    trees = merge(e.paths for e in expressions)
     projection = Projection(
-        merge(e.paths for e in expressions),
+        trees,
         frozenset(id(e) for e in expressions),
         frozenset().union(*(e.references for e in expressions)),
         tuple(rule for rule in candidates if rule.mutations) if phase != Phase.VALIDATE else (),
         validating,
         fusion=_fusion(validating),
+        own_trees={id(e): _own_trees(trees, e) for e in expressions},
     )
     cache[key] = (candidates, projection)
     return projection
+
+
+def _own_trees(trees: Mapping[str, Tree], expression: CompiledExpression) -> dict[str, Tree]:
+    """Projection.own_trees of one expression: its own read trees of the roots a mutation can change,
+    the projection's (the same objects) for those it cannot."""
+    own = merge([expression.paths])
+    return {root: own[root] if root in ("object", "podSpec", "podMetadata") else tree for root, tree in trees.items()}
 
 
 def _fusion(
