@@ -54,7 +54,12 @@ def evaluate(
     if not isinstance(subject, dict) or admission.sub_resource not in EVALUATED_SUBRESOURCES:
         return decision  # rules never match other subresources (pods/exec, */scale, */status)
     kind = admission.kind or str(subject.get("kind", ""))
-    candidates = ruleset.candidates(kind, admission.operation)
+    # traced, every candidate is listed (a rule for other namespaces with its reason); untraced, as the
+    # server and the audit run it, those rules are left out before any check
+    if trace:
+        candidates = ruleset.candidates(kind, admission.operation)
+    else:
+        candidates = ruleset.candidates_in(kind, admission.operation, admission.namespace or "")
     if not candidates:
         decision.accelerators = object_accelerators(ruleset.accelerators, admission)
         return decision
@@ -139,7 +144,13 @@ class _Run:
         run as one CEL program per target (programs.Programs.fuse_validations)."""
         copy = self.copy
         checked = [(rule, target, gate(copy, rule, target)) for rule in rules for target in copy.targets(rule)]
-        fused = [(rule, target) for rule, target, reason in checked if reason is None]
+        # a rule of named namespaces (a team's GPUPolicy) runs alone: fused beside the others, every such
+        # namespace would compile a program of its own, past the rule set's share (cel.py MAX_FUSED_PER_RULE_SET)
+        fused = [
+            (rule, target)
+            for rule, target, reason in checked
+            if reason is None and rule.match.namespaces_include is None
+        ]
         if self.excepting:
             fused = [(rule, target) for rule, target in fused if self._exception(rule) is None]
         self.programs.fuse_validations(fused)

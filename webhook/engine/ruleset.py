@@ -1,7 +1,9 @@
 """A compiled, immutable rule set with its (kind, operation) index.
 
 Cost must grow with the rules that can match an object, not with the rule set's
-size: the index maps each (kind, operation) to the rules worth looking at.
+size: the index maps each (kind, operation) to the rules worth looking at, and an
+untraced evaluation leaves out the rules whose `namespaces.include` does not name
+the request's namespace (a site's per-team GPUPolicies, one namespace each).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from .resources import Accelerators
 from .workloads import WORKLOAD_KINDS
 
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+_NARROWED_MAX = 65_536
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +31,11 @@ class RuleSet:
     # GPUPolicyExceptions read with the rules (files an offline door was given); the cluster's come
     # per request (AdmissionInput.exceptions)
     exceptions: tuple[PolicyException, ...] = ()
+    scoped: bool = False  # some rule names its namespaces (namespaces.include): candidates_in narrows
+    # (kind, operation, namespace) -> the narrowed candidates; each distinct tuple kept once, so that
+    # every namespace no scoped rule names shares one tuple, and so one projection and fused program
+    _narrowed: dict[tuple[str, str, str], tuple[Rule, ...]] = field(default_factory=dict, init=False, repr=False)
+    _distinct: dict[tuple[int, ...], tuple[Rule, ...]] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
     def build(cls, rules: Iterable[Rule], env: CelEnvironment, exceptions: Iterable[PolicyException] = ()) -> RuleSet:
@@ -49,11 +57,30 @@ class RuleSet:
         }
         references = frozenset().union(*(rule.references for rule in rules))
         wildcards = {op: tuple(found) for op, found in wildcard.items()}
-        return cls(rules, env, merged, wildcards, references, tuple(exceptions))
+        scoped = any(rule.match.namespaces_include is not None for rule in rules)
+        return cls(rules, env, merged, wildcards, references, tuple(exceptions), scoped)
 
     def candidates(self, kind: str, operation: str) -> tuple[Rule, ...]:
         found = self.index.get((kind, operation))
         return found if found is not None else self.wildcard.get(operation, ())
+
+    def candidates_in(self, kind: str, operation: str, namespace: str) -> tuple[Rule, ...]:
+        """candidates() less the rules whose namespaces.include leaves `namespace` out. Only for an
+        untraced evaluation: a traced one lists those rules too, with the reason (matching.gate)."""
+        found = self.candidates(kind, operation)
+        if not self.scoped:
+            return found
+        key = (kind, operation, namespace)
+        narrowed = self._narrowed.get(key)
+        if narrowed is None:
+            kept = tuple(
+                r for r in found if r.match.namespaces_include is None or namespace in r.match.namespaces_include
+            )
+            narrowed = found if len(kept) == len(found) else self._distinct.setdefault(tuple(map(id, kept)), kept)
+            if len(self._narrowed) >= _NARROWED_MAX:  # namespaces come and go: bound what is remembered
+                self._narrowed.clear()
+            self._narrowed[key] = narrowed
+        return narrowed
 
     @property
     def accelerators(self) -> Accelerators:
