@@ -320,13 +320,7 @@ def pod_containers(pod_specs: list[Any]) -> list[Any]:
 
 def edits_pod_specs(operations: list[dict[str, Any]], target: Target) -> bool:
     """Whether any of these patch operations writes into, or replaces, one of the target's pod specs."""
-    specs = [to_pointer(path) for path in target.pod_specs]
-    for operation in operations:
-        path = operation["path"]
-        for spec in specs:
-            if path == spec or path.startswith(spec + "/") or spec.startswith(path + "/"):
-                return True
-    return False
+    return _writes_at(operations, [to_pointer(path) for path in target.pod_specs])
 
 
 def accelerators_read_annotations(accelerators: Accelerators) -> bool:
@@ -336,7 +330,11 @@ def accelerators_read_annotations(accelerators: Accelerators) -> bool:
 def edits_pod_annotations(operations: list[dict[str, Any]], target: Target) -> bool:
     """Whether any of these patch operations writes into, or replaces, the annotations of a pod of the
     target (what an annotation-marked allocator reads: resources.Allocator)."""
-    places = [to_pointer((*path, "annotations")) for path in target.pod_metadata]
+    return _writes_at(operations, [to_pointer((*path, "annotations")) for path in target.pod_metadata])
+
+
+def _writes_at(operations: list[dict[str, Any]], places: list[str]) -> bool:
+    """Whether an operation writes at, into, or above (replacing it whole) one of these JSON pointers."""
     for operation in operations:
         path = operation["path"]
         for place in places:
