@@ -312,8 +312,8 @@ def _schema_errors(
 
 
 # Documents found valid, by content: a reload (one policy object changed among hundreds) checks only what
-# is new, as CelEnvironment.compile keeps programs (the schema check was half of such a reload,
-# bench/policy_scale.py). The validators are module constants, so their ids stay theirs.
+# is new, as CelEnvironment.compile keeps programs (checking every document again is about half of such a
+# reload, bench/policy_scale.py). The validators are module constants, so their ids stay theirs.
 _VALID: set[tuple[int, bytes]] = set()
 _VALID_MAX = 4096
 # only what YAML and the API give as JSON: a datetime or a dataclass is checked every time

@@ -2,7 +2,7 @@
 
 A change of one GPUPolicy or overlay loads every rule again (the one loader, webhook/policies/isolation.py),
 and an isolated load may run the loader several times. Reading and parsing the pack's YAML with
-positions was about half of such a load (bench/policy_scale.py), and the files had not changed: their
+positions is about half of such a load (bench/policy_scale.py), while the files rarely change: their
 documents are kept, keyed by the files' fingerprint (resolved path, inode, size, mtime: what the server's
 reload watches, webhook/server/reload.py), and handed to the loader as documents. Whenever a path is
 missing or a file does not read, the loader reads the paths itself, so every error is the loader's own.
