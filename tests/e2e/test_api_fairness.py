@@ -42,13 +42,36 @@ def fairness(apiserver: EnvTest) -> Iterator[dict[str, str]]:
 
     wait_for("the FlowSchema names its priority level", resolved)
     apiserver.create_namespace(NAMESPACE)
+    # the approver may create exceptions there, as the shipped exception-admin role lets it: an
+    # authorized request has its body read, where a refused one's large body would be cut off
+    # (the apiserver answers 403 and closes the connection under the client still sending)
+    rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces/" + NAMESPACE
+    for document in (
+        {
+            "kind": "Role",
+            "rules": [{"apiGroups": ["gpu-webhook.io"], "resources": ["gpupolicyexceptions"], "verbs": ["create"]}],
+        },
+        {
+            "kind": "RoleBinding",
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": APPROVER},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": APPROVER}],
+        },
+    ):
+        body = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "metadata": {"name": APPROVER, "namespace": NAMESPACE},
+            **document,
+        }
+        made = apiserver.create(body)
+        assert made.ok or made.status == 409, (made.status, made.message)
+        paths.append(f"{rbac}/{document['kind'].lower()}s/{APPROVER}")
     yield uids
     for path in reversed(paths):
         apiserver.request("DELETE", path)
 
 
 def as_approver(apiserver: EnvTest) -> Callable[..., Any]:
-    """Requests as a namespace user (impersonated; no RBAC needed: classification comes before authorization)."""
+    """Requests as a namespace user (impersonated): classification comes before authorization."""
 
     def call(method: str, path: str, body: Any = None) -> Any:
         return apiserver.request(method, path, body, {"dryRun": "All"}, headers={"Impersonate-User": APPROVER})
@@ -74,6 +97,7 @@ def test_a_namespace_users_policy_object_writes_queue_in_their_own_level(
     collection = f"/apis/{GROUP_VERSION}/namespaces/{NAMESPACE}/gpupolicyexceptions"
     # an oversized dry-run exception, the namespace approver's attack: classified before it is decoded
     huge = call("POST", collection, exception("e2e-huge", [f"near-miss-{i:05d}" for i in range(20_000)]))
+    assert huge.status == 422, huge.status  # read whole and refused by the CRD's bounds, in its own level
     assert huge.flow_schema_uid == fairness["FlowSchema"], huge.status
     assert huge.priority_level_uid == fairness["PriorityLevelConfiguration"]
     policy = {
