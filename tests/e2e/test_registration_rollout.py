@@ -34,11 +34,12 @@ import yaml
 
 from tests.e2e.conftest import TENANT_LABEL
 from tests.e2e.test_registration_sync import account_client, restored  # noqa: F401 (fixtures)
-from tests.support import RULES
+from tests.support import REPO, RULES
 from tests.support.envtest import EnvTest, free_port, log_tail, spawn, terminate
 from webhook.certs import CA_FILE, Bundle, generate_serving, load_ca, write_bundle
+from webhook.engine.documents import API_VERSION as GROUP_VERSION
 from webhook.install.registration import NAMESPACE
-from webhook.server.registration_leases import LEADER, RECORD_LABEL
+from webhook.server.registration_leases import LEADER, RECORD_LABEL, micro_time
 
 TENANTS = "e2e-rollout"
 VALIDATING_PATH = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/gpu-webhook-validating"
@@ -233,7 +234,7 @@ def _delete_leases(apiserver: EnvTest) -> None:
             apiserver.request("DELETE", f"{LEASES}/{name}")
 
 
-def start(replica: Replica, serving: Path, kubeconfig: Path) -> None:
+def start(replica: Replica, serving: Path, kubeconfig: Path, policies: str = "files") -> None:
     env = {k: v for k, v in os.environ.items() if k != "GPU_WEBHOOK_RULES"}
     env["POD_NAME"] = replica.name
     replica.process = spawn(
@@ -253,7 +254,7 @@ def start(replica: Replica, serving: Path, kubeconfig: Path) -> None:
             "--namespaces",
             "watch",
             "--policies",
-            "files",
+            policies,
             "--kubeconfig",
             str(kubeconfig),
             "--manage-registration=true",
@@ -436,3 +437,109 @@ def test_a_replica_that_publishes_no_needs_keeps_the_registration_as_it_is(
         assert apiserver.request("DELETE", pod, query={"gracePeriodSeconds": "0"}).ok
     seconds = wait("the registration narrows once that Pod is gone", lambda: not live_sends_claims(apiserver), replicas)
     print(f"\nunknown replica: kept while its Pod lived; narrowed {seconds:.1f} s after it was deleted")
+
+
+GPUPOLICIES = f"/apis/{GROUP_VERSION}/gpupolicies"
+
+
+def install_crds(apiserver: EnvTest) -> None:
+    """The shipped CRDs, installed (or already there) and Established."""
+    documents = [d for d in yaml.safe_load_all((REPO / "manifests/base/crds.yaml").read_text()) if d]
+    for document in documents:
+        made = apiserver.create(document)
+        assert made.ok or made.status == 409, made.body
+    for document in documents:
+        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{document['metadata']['name']}"
+
+        def established(path: str = path) -> bool:
+            conditions = (apiserver.request("GET", path).body or {}).get("status", {}).get("conditions") or []
+            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+        deadline = time.monotonic() + 30
+        while not established():
+            assert time.monotonic() < deadline, f"{path} not Established"
+            time.sleep(0.2)
+
+
+def hold_the_writer_lease(apiserver: EnvTest, identity: str) -> None:
+    """The writer's Lease held by `identity`, renewed now for an hour: a live writer that never writes
+    (an older release that cannot, a writer whose RBAC lost the configurations)."""
+    now = micro_time(time.time())
+    spec = {"holderIdentity": identity, "leaseDurationSeconds": 3600, "acquireTime": now, "renewTime": now}
+    lease = apiserver.request("GET", f"{LEASES}/{LEADER}")
+    if lease.ok:
+        body = {**lease.body, "spec": {**lease.body["spec"], **spec}}
+        assert apiserver.request("PUT", f"{LEASES}/{LEADER}", body).ok
+    else:
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": LEADER}, "spec": spec}
+        assert apiserver.request("POST", LEASES, body).ok
+
+
+def ready_of(apiserver: EnvTest, name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A GPUPolicy's Ready condition and byPod entries ({} and [] before any replica wrote)."""
+    status = (apiserver.request("GET", f"{GPUPOLICIES}/{name}").body or {}).get("status") or {}
+    condition = next((c for c in status.get("conditions") or () if c.get("type") == "Ready"), {})
+    return condition, list(status.get("byPod") or ())
+
+
+def test_a_policy_that_widens_the_registration_is_ready_only_once_the_registration_sends_it(
+    apiserver: EnvTest, replicas: tuple[Replica, Replica], serving: Path, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """A GPUPolicy on ResourceClaims applied to a replica whose pack acts on none, while the writer's Lease is
+    held by a writer that never writes: the replica runs the policy, but its Ready condition says
+    NotRegistered, for as long as the live registration does not send ResourceClaims; it turns True once
+    a writer has sent them, and never before."""
+    newer, older = replicas
+    install_crds(apiserver)
+    # the older pack, served on the port the registration calls, reading the cluster's policy objects too
+    replica = Replica("replica-policies", older.rules, newer.port, newer.metrics_port, tmp_path / "policies.log")
+    start(replica, serving, kubeconfig, policies="both")
+    try:
+        wait("the replica writes its narrower registration", lambda: not live_sends_claims(apiserver), (replica,))
+        stop(replica)
+        hold_the_writer_lease(apiserver, "an-absent-writer")
+        start(replica, serving, kubeconfig, policies="both")
+        wait("the replica Ready", replica.ready, (replica,))
+        assert holder(apiserver) == "an-absent-writer"
+
+        claims = {
+            "apiVersion": GROUP_VERSION,
+            "kind": "GPUPolicy",
+            "metadata": {"name": "e2e-claims-widen"},
+            "spec": {
+                "match": {"kinds": ["ResourceClaim"], "operations": ["CREATE"]},
+                "validate": {"expression": "true", "message": "never"},
+            },
+        }
+        made = apiserver.create(claims)
+        assert made.ok, made.body
+
+        def not_registered() -> bool:
+            condition, entries = ready_of(apiserver, "e2e-claims-widen")
+            return condition.get("reason") == "NotRegistered" and [e.get("reason") for e in entries] == [
+                "NotRegistered"
+            ]
+
+        wait("the policy NotRegistered", not_registered, (replica,))
+        condition, (entry,) = ready_of(apiserver, "e2e-claims-widen")
+        assert condition["status"] == "False" and entry["observedGeneration"] == 1, (condition, entry)
+        assert not live_sends_claims(apiserver)
+        time.sleep(4)  # the replica's registration pass every 2 s, its status pass every 1 s: nothing changes
+        assert not_registered() and not live_sends_claims(apiserver)
+
+        released = time.monotonic()
+        assert apiserver.request("DELETE", f"{LEASES}/{LEADER}").ok  # the writer is gone: the replica takes over
+
+        def ready() -> bool:
+            condition, _ = ready_of(apiserver, "e2e-claims-widen")
+            if condition.get("status") != "True":
+                return False
+            assert live_sends_claims(apiserver), "Ready while the registration does not send ResourceClaims"
+            return True
+
+        wait("the policy Ready", ready, (replica,))
+        print(f"\nwidening GPUPolicy: Ready {time.monotonic() - released:.1f} s after a writer could write")
+        assert holder(apiserver) == replica.name
+    finally:
+        apiserver.request("DELETE", f"{GPUPOLICIES}/e2e-claims-widen")
+        stop(replica)

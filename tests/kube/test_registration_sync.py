@@ -79,6 +79,7 @@ class FakeApi:
         self.puts: list[str] = []
         self.pods: list[dict[str, Any]] = []
         self.lease_requests = 0
+        self.refuse_writes = False  # a PUT of a configuration gets 403 (the writer's RBAC broken)
         for obj in objects:
             self.store(copy.deepcopy(obj))
 
@@ -105,6 +106,8 @@ class FakeApi:
             if method == "GET":
                 return Answer(200, orjson.dumps(current))
             assert method == "PUT" and query == [("fieldManager", "gpu-webhook")]
+            if self.refuse_writes:
+                return Answer(403, orjson.dumps({"kind": "Status", "code": 403, "message": "forbidden"}))
             if body["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"]:
                 return Answer(409, orjson.dumps({"kind": "Status", "code": 409, "message": "conflict"}))
             self.puts.append(path)
@@ -162,17 +165,8 @@ def running(api: FakeApi) -> Iterator[Callable[..., RegistrationSync]]:
     started: list[RegistrationSync] = []
 
     def start(rules: Rules, manage: bool = True, identity: str = "a", **options: Any) -> RegistrationSync:
-        sync = RegistrationSync(
-            None,  # type: ignore[arg-type]
-            rules,
-            manage=manage,
-            interval=0.1,
-            poll=0.02,
-            retry=0.05,
-            lease_duration=1,
-            identity=identity,
-            **options,
-        )
+        settings = {"interval": 0.1, "poll": 0.02, "retry": 0.05, "lease_duration": 1, **options}
+        sync = RegistrationSync(None, rules, manage=manage, identity=identity, **settings)  # type: ignore[arg-type]
         sync.start()
         started.append(sync)
         return sync
@@ -252,6 +246,32 @@ def test_the_writer_widens_for_a_replica_that_starts_later_and_keeps_it_through_
     older_rules.generation += 1
     time.sleep(0.5)
     assert sends_jobs(api)
+
+
+def test_a_widening_reload_is_covered_only_once_the_writer_sent_it_and_the_follower_sees_it_at_once(
+    api: FakeApi, running: Callable[..., RegistrationSync], old: RuleSet, new: RuleSet
+) -> None:
+    """`covers(generation)`, which a policy object's Ready condition waits for: a follower whose reload
+    needs more than the registration sends is not covered while the writer cannot write, and sees the
+    writer's union on its next pass, not an `interval` (here 60 s) later."""
+    writer = running(Rules(old), identity="writer")
+    wait_for(lambda: api.holder() == "writer")
+    rules = Rules(old)
+    follower = running(rules, identity="follower", interval=60)
+    wait_for(lambda: follower.ready and follower.covers(1))
+    assert not follower.covers(2)
+
+    api.refuse_writes = True
+    rules.ruleset, rules.generation = new, 2  # the RuleStore's swap: a GPUPolicy on Jobs arrived
+    wait_for(lambda: follower.drift)
+    time.sleep(0.3)  # six passes of the writer, every one refused
+    assert not sends_jobs(api) and not follower.covers(2) and follower.covers(1)
+    assert follower.ready  # a replica once Ready stays so: the object's condition says what waits
+
+    api.refuse_writes = False
+    wait_for(lambda: sends_jobs(api), timeout=2)
+    wait_for(lambda: follower.covers(2), timeout=2)
+    assert follower.writes == 0 and writer.writes >= 1 and not follower.drift
 
 
 def test_a_replica_that_publishes_no_needs_keeps_what_is_live(

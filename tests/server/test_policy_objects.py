@@ -288,6 +288,7 @@ def test_two_replicas_write_once_each_and_then_agree() -> None:
         errors: list[Any] = field(default_factory=list)
         attempted: dict[Any, Any] = field(default_factory=dict)
         running: dict[Any, int] = field(default_factory=lambda: {("GPUPolicy", "", "p"): 3})
+        loaded_in: dict[Any, int] = field(default_factory=dict)
         rejected: dict[Any, Any] = field(default_factory=dict)
 
     old = State(running={("GPUPolicy", "", "p"): 2})
@@ -315,6 +316,43 @@ def test_two_replicas_write_once_each_and_then_agree() -> None:
     # a replica known to be gone is dropped from the list when another writes
     gone = wanted_status(live, obj, replica_entry("a", obj, State()), "t5", lambda name: name != "b")
     assert [e["id"] for e in gone["byPod"]] == ["a"]
+
+
+async def test_a_loaded_object_is_ready_on_a_managing_replica_once_the_registration_sends_what_it_needs(
+    cert_dir: Path, rules: Path
+) -> None:
+    """`loaded_in` is the rules generation that took each object's generation in use; with `registered`
+    (webhook/server/registration_sync.py `covers`), the entry waits for the registration of that one."""
+    cluster = Cluster([gpupolicy("from-the-cluster"), gpupolicy("another")])
+    async with serve(cert_dir, rules, cluster) as live:
+        store = live.server.state.rules
+        first = store.generation
+        assert store.loaded_in == {("GPUPolicy", "", "from-the-cluster"): first, ("GPUPolicy", "", "another"): first}
+        cluster.items = [gpupolicy("from-the-cluster", generation=2, action="Warn"), gpupolicy("another")]
+        await wait_for(lambda: store.generation == first + 1)
+        assert store.loaded_in == {
+            ("GPUPolicy", "", "from-the-cluster"): first + 1,
+            ("GPUPolicy", "", "another"): first,
+        }
+
+        changed = policy_object(cluster.items[0])
+        unchanged = policy_object(cluster.items[1])
+        registered_up_to = first  # the registration sends what generation `first` needed, not yet the next
+        covers = lambda generation: generation <= registered_up_to  # noqa: E731
+        entry = replica_entry("replica-0", changed, store, covers)
+        assert entry["ready"] is False and entry["reason"] == "NotRegistered"
+        assert entry["observedGeneration"] == 2 and "registration" in entry["message"]
+        status = wanted_status(None, changed, entry, "t0", lambda _name: True)
+        condition = status["conditions"][0]
+        assert (condition["status"], condition["reason"]) == ("False", "NotRegistered")
+        assert replica_entry("replica-0", unchanged, store, covers)["ready"] is True  # it waits for nothing new
+        registered_up_to = first + 1
+        assert replica_entry("replica-0", changed, store, covers) == {
+            "id": "replica-0",
+            "observedGeneration": 2,
+            "ready": True,
+        }
+        assert replica_entry("replica-0", changed, store) == replica_entry("replica-0", changed, store, covers)
 
 
 def test_policy_objects_need_a_cluster(cert_dir: Path) -> None:

@@ -19,8 +19,9 @@ if TYPE_CHECKING:
     from webhook.kube import ClusterCaches
     from webhook.kube.policies import PolicyCaches
     from webhook.policies.status import StatusWriter
-    from webhook.server import RegistrationSource, Server, ServerConfig
+    from webhook.server import Server, ServerConfig
     from webhook.server.metrics import Metrics
+    from webhook.server.registration_sync import RegistrationSync
 
 MODES = ("enforce", "audit")  # webhook.engine.Mode's values: the parser does not import the engine
 
@@ -202,9 +203,17 @@ def _policy_caches(
     return caches
 
 
-def _status_writer(api_client: ApiClient, server: Server, metrics: Metrics, caches: PolicyCaches) -> StatusWriter:
+def _status_writer(
+    api_client: ApiClient,
+    server: Server,
+    metrics: Metrics,
+    caches: PolicyCaches,
+    registered: Callable[[int], bool] | None,
+) -> StatusWriter:
     """Writes this replica's view into each policy object's status; the pod is POD_NAME in POD_NAMESPACE
-    (the Deployment's downward API), else the host name, and then gone replicas cannot be told."""
+    (the Deployment's downward API), else the host name, and then gone replicas cannot be told. With
+    `registered` (a replica that manages the registration), an object is ready on this replica once the
+    live registration also sends what the rules that took it in use need."""
     import socket
 
     from webhook.kube import rest
@@ -226,6 +235,7 @@ def _status_writer(api_client: ApiClient, server: Server, metrics: Metrics, cach
         caches,
         replica,
         replica_exists=exists,
+        registered=registered,
         on_write=lambda kind: metrics.policy_status_writes.labels(kind).inc(),
     )
 
@@ -248,7 +258,7 @@ def manages_registration(args: argparse.Namespace) -> bool:
     return not (args.kubeconfig or args.context) and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
 
 
-def _registration(args: argparse.Namespace, api_client: ApiClient, server: Server, writer: bool) -> RegistrationSource:
+def _registration(args: argparse.Namespace, api_client: ApiClient, server: Server, writer: bool) -> RegistrationSync:
     from webhook.server.registration_sync import RegistrationSync
 
     manage = manages_registration(args) and writer
@@ -398,9 +408,11 @@ def _serve(config: ServerConfig, args: argparse.Namespace, writer: bool = True) 
         exceptions.on_not_applied = server.metrics.observe_exceptions_not_applied
     status = None
     if api_client is not None:
-        server.state.registration = _registration(args, api_client, server, writer)
+        registration = _registration(args, api_client, server, writer)
+        server.state.registration = registration
         if caches is not None and writer:
-            status = _status_writer(api_client, server, server.metrics, caches)
+            registered = registration.covers if registration.manage else None
+            status = _status_writer(api_client, server, server.metrics, caches, registered)
             status.start()
     # the line the other commands print on stderr (common.load_ruleset), as a structured log line
     ruleset = server.state.rules.ruleset

@@ -164,11 +164,20 @@ def _status_schema(resource: PolicyResource) -> dict[str, Any]:
                 "format": "int64",
                 "description": "The generation of this object the replica runs (absent: none).",
             },
-            "ready": {"type": "boolean", "description": "The replica's last load included this generation."},
+            "ready": {
+                "type": "boolean",
+                "description": (
+                    "The replica's last load included this generation (and, on a replica that manages the "
+                    "registration, the live registration sends what its rules need)."
+                ),
+            },
             "reason": {
                 "type": "string",
                 "maxLength": TEXT_MAX,
-                "description": "Why not: Invalid (this object) or NotLoaded.",
+                "description": (
+                    "Why not: Invalid (this object), NotLoaded, or NotRegistered (loaded, but the live webhook "
+                    "registration does not send what its rules need yet)."
+                ),
             },
             "message": {"type": "string", "maxLength": _CONDITION_MESSAGE_MAX},
         },

@@ -3,7 +3,9 @@
 The status of a GPUPolicy (or GPUPolicyOverlay) holds, as Gatekeeper's `byPod` does, one entry per
 server replica: the generation of the object that replica runs and whether its last load took the
 current one; and a `Ready` condition summing them up (True when every replica listed runs the current
-generation), with the loader's and lint's messages and field paths when it does not.
+generation), with the loader's and lint's messages and field paths when it does not. On a replica that
+manages the registration, the current generation counts only once the live registration sends what
+the rules that took it in use need (reason `NotRegistered` until then).
 
 No hot loop, no write per replica per second:
 
@@ -50,6 +52,7 @@ class LoadState(Protocol):
     errors: list[LoadError]
     attempted: dict[Key, PolicyObject]
     running: dict[Key, int]
+    loaded_in: dict[Key, int]
     rejected: dict[Key, list[LoadError]]
 
 
@@ -59,15 +62,27 @@ class LiveObjects(Protocol):
     def objects(self) -> list[dict[str, Any]]: ...
 
 
-def replica_entry(replica: str, obj: PolicyObject, state: LoadState) -> dict[str, Any]:
-    """This replica's entry for one object: the generation it runs, whether it is the current one, and why not."""
+def replica_entry(
+    replica: str, obj: PolicyObject, state: LoadState, registered: Callable[[int], bool] | None = None
+) -> dict[str, Any]:
+    """This replica's entry for one object: the generation it runs, whether it is the current one, and why
+    not. With `registered` (whether the live webhook registration sends what the rules of a rules
+    generation need), the current generation counts as ready only once the registration sends what the
+    rules that took it in use need: until then the requests it acts on may not reach the webhook."""
     entry: dict[str, Any] = {"id": replica}
     running = state.running.get(obj.key)
     if running is not None:
         entry["observedGeneration"] = running
     errors = state.rejected.get(obj.key) or errors_about(state.errors, obj.label)
     entry["ready"] = running == obj.generation and not errors
-    if errors:
+    if entry["ready"] and registered is not None and not registered(state.loaded_in.get(obj.key, 0)):
+        entry["ready"] = False
+        entry["reason"] = "NotRegistered"
+        entry["message"] = (
+            "loaded, but the live webhook registration does not send what the rules need yet: requests they "
+            "act on may not reach the webhook (the server's /readyz, registration, names what is missing)"
+        )
+    elif errors:
         entry["reason"] = "Invalid"
         entry["message"] = summary(errors)
         if running is not None and running != obj.generation:
@@ -142,6 +157,7 @@ class StatusWriter(BackgroundThread):
         poll: float = 1.0,
         prune_interval: float = 60.0,
         replica_exists: Callable[[str], bool] | None = None,
+        registered: Callable[[int], bool] | None = None,
         on_write: Callable[[str], None] | None = None,
         request_timeout: tuple[float, float] = (5.0, 10.0),
     ) -> None:
@@ -154,6 +170,7 @@ class StatusWriter(BackgroundThread):
         self._prune_interval = prune_interval
         self._prune_due = time.monotonic() + prune_interval
         self._replica_exists = replica_exists
+        self._registered = registered
         self._on_write = on_write  # kind of each write: the metric
         self._timeout = request_timeout
         self.writes = 0
@@ -171,7 +188,7 @@ class StatusWriter(BackgroundThread):
             obj = attempted.get(key)
             if obj is None or obj.generation != metadata.get("generation") or obj.uid != metadata.get("uid"):
                 continue  # changed since the last load: the reload that follows decides
-            entry = replica_entry(self.replica, obj, state)
+            entry = replica_entry(self.replica, obj, state, self._registered)
             wanted = wanted_status(raw.get("status"), obj, entry, _now(), lambda name: name not in gone)
             if same_status(raw.get("status"), wanted):
                 continue

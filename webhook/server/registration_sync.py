@@ -343,6 +343,7 @@ class RegistrationSync(BackgroundThread):
         self._started = time.monotonic()
         self._grace = startup_grace
         self._covered = not manage  # the live registration has once sent what this replica's rules need
+        self.covered_generation = 0  # the newest rules generation whose needs a pass found the registration send
         self._checked: tuple[RuleSet | None, float] = (None, 0.0)  # a follower's last drift check: rules, next due
         # (detail, name -> monotonic time of its last read): swapped whole, read by the event loop
         self._published: tuple[dict[str, Any], dict[str, float | None]] = self._snapshot()
@@ -372,6 +373,11 @@ class RegistrationSync(BackgroundThread):
         keep a roll-out from ever finishing. Drift later on never makes it unready."""
         return self._covered or time.monotonic() - self._started >= self._grace
 
+    def covers(self, generation: int) -> bool:
+        """Whether the live registration sends what the rules of that rules generation need (a later
+        generation's pass vouches for it too: the writer's union never drops what a live replica needs)."""
+        return self.covered_generation >= generation
+
     # -- one pass ------------------------------------------------------------------------------
     def sync_once(self, ruleset: RuleSet) -> bool:
         """One pass over the Leases and both configurations; False when a read or write failed."""
@@ -379,10 +385,11 @@ class RegistrationSync(BackgroundThread):
         target: Callable[[Mapping[str, Any]], dict[str, dict[str, Any]]] | None = None
         if self.manage:
             ok, target = self._elect(ruleset)
-            # a follower that is Ready checks for drift every `interval` and when its rules change; one
-            # that waits for the writer to send what its rules need checks every pass
+            # a follower whose rules the registration serves checks for drift every `interval` and when its
+            # rules change; one that waits for the writer to send what its rules need checks every pass
             now = time.monotonic()
-            if target is None and self._covered and ruleset is self._checked[0] and now < self._checked[1]:
+            served = self._covered and not self.drift
+            if target is None and served and ruleset is self._checked[0] and now < self._checked[1]:
                 self._published = self._snapshot()
                 return ok
             self._checked = (ruleset, now + self.interval)
@@ -403,6 +410,10 @@ class RegistrationSync(BackgroundThread):
             self._report(kind, name, state)
         if all(c.found and c.plan is not None and not c.plan.drift for c in self._configurations.values()):
             self._covered = True
+            # the generation first: a reload swaps the rule set in before it counts the generation up
+            generation = self._rules.generation
+            if ruleset is self._rules.ruleset:
+                self.covered_generation = max(self.covered_generation, generation)
         self._published = self._snapshot()
         return ok
 
@@ -586,7 +597,8 @@ class RegistrationSync(BackgroundThread):
         every = min(self._retry, self.interval) if self.manage else self.interval
         while not self._stopping.wait(pause):
             pause = self._poll
-            ruleset, generation = self._rules.ruleset, self._rules.generation
+            generation = self._rules.generation  # before the rule set: a reload swaps that in first
+            ruleset = self._rules.ruleset
             if ruleset is None:
                 continue
             now = time.monotonic()

@@ -88,6 +88,8 @@ class RuleStore:
     # the policy objects of the last load tried, and (kind, namespace, name) -> generation of those in use
     attempted: dict[tuple[str, str, str], PolicyObject] = field(default_factory=dict)
     running: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    # (kind, namespace, name) -> the rules generation that took the generation of it in use
+    loaded_in: dict[tuple[str, str, str], int] = field(default_factory=dict)
     # the policy objects the last load left out, with why (located at each object)
     rejected: dict[tuple[str, str, str], list[LoadError]] = field(default_factory=dict)
     cluster_loaded: bool = False  # a load has read the policy objects after their caches listed them
@@ -174,6 +176,12 @@ class RuleStore:
     def _swap(self, ruleset: RuleSet, running: dict[tuple[str, str, str], int]) -> None:
         self.ruleset = ruleset
         self.generation += 1
+        self.loaded_in = {
+            key: self.loaded_in[key]
+            if self.running.get(key) == generation and key in self.loaded_in
+            else self.generation
+            for key, generation in running.items()
+        }
         self.running = running
         self.metrics.rules_generation.set(self.generation)
         self.metrics.rules_loaded.set(len(ruleset.rules))
