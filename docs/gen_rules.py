@@ -90,6 +90,33 @@ PRIORITY_CLASSES = [
 ]
 
 
+# and Kueue's objects as the webhook's watches give them: team-a's LocalQueue gpu, whose ClusterQueue's one
+# flavor is on GPU nodes
+KUEUE_QUEUES = [
+    {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": "a100"},
+        "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}},
+    },
+    {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "gpu-only"},
+        "spec": {"resourceGroups": [{"coveredResources": ["cpu", "memory", "nvidia.com/gpu"], "flavors": [
+            {"name": "a100", "resources": [
+                {"name": "cpu", "nominalQuota": 96}, {"name": "memory", "nominalQuota": "1Ti"},
+                {"name": "nvidia.com/gpu", "nominalQuota": 8}]}]}]},
+    },
+    {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "LocalQueue",
+        "metadata": {"name": "gpu", "namespace": "team-a"},
+        "spec": {"clusterQueue": "gpu-only"},
+    },
+]  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Scenario:
     """One object through one rule; the doc shows what the engine answered."""
@@ -115,10 +142,25 @@ def _labelled_pod() -> dict[str, Any]:
     return pod
 
 
+def _queued_cpu_job() -> dict[str, Any]:
+    job = _pod("etl", {"limits": {"cpu": "4", "memory": "8Gi"}})
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "etl", "namespace": "team-a", "labels": {"kueue.x-k8s.io/queue-name": "gpu"}},
+        "spec": {"template": {"spec": {**job["spec"], "restartPolicy": "Never"}}},
+    }
+
+
 SCENARIOS: dict[str, Scenario] = {
     "cpu-pods-off-gpu-nodes": Scenario(
         "a CPU-only pod in a tenant namespace that tolerates the GPU taint",
         lambda: _pod("etl", {"requests": {"cpu": "2"}}, tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}]),
+        _namespace("team-a", TENANT),
+    ),
+    "cpu-workload-in-gpu-only-queue": Scenario(
+        "a tenant CPU Job in LocalQueue gpu, whose ClusterQueue's only flavor (a100) is on GPU nodes",
+        _queued_cpu_job,
         _namespace("team-a", TENANT),
     ),
     "dra-claim-limits": Scenario(
@@ -311,7 +353,7 @@ def _outcome(rule_file: Path, scenario: Scenario) -> list[str]:
     ns = scenario.namespace or _namespace(obj["metadata"].get("namespace", "default"))
     decision = evaluate(
         ruleset,
-        AdmissionInput.offline(copy.deepcopy(obj), namespace_object=ns, cluster_objects=PRIORITY_CLASSES),
+        AdmissionInput.offline(copy.deepcopy(obj), namespace_object=ns, cluster_objects=PRIORITY_CLASSES + KUEUE_QUEUES),
     )
     out = [f"Input: {scenario.describe}.", ""]
     if decision.errors:

@@ -77,3 +77,52 @@ def test_a_class_the_input_has_is_predicted_one_it_lacks_is_not(run, tmp_path):
     assert "/spec/template/spec/priorityClassName" not in patch_paths(
         audited(run, tmp_path, NAMESPACE, other, DEPLOYMENT)
     )
+
+
+KUEUE = """apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: a100}
+spec: {nodeLabels: {nvidia.com/gpu.present: "true"}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: gpu-only}
+spec:
+  resourceGroups:
+    - coveredResources: [cpu, memory]
+      flavors: [{name: a100, resources: [{name: cpu, nominalQuota: 8}, {name: memory, nominalQuota: 8Gi}]}]
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: gpu, namespace: team-a}
+spec: {clusterQueue: gpu-only}
+"""
+TENANT = "apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a, labels: {gpu-webhook.io/tenant: 'true'}}\n"
+CPU_JOB = """apiVersion: batch/v1
+kind: Job
+metadata: {name: etl, namespace: team-a, labels: {kueue.x-k8s.io/queue-name: gpu}}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+        - {name: main, image: etl:1, resources: {limits: {cpu: "4", memory: 8Gi}}}
+"""
+
+
+def queue_warnings(report: dict) -> list[str]:
+    (obj,) = report["objects"]
+    return [m for r in obj["rules"] if r["rule"] == "cpu-workload-in-gpu-only-queue" for m in r["messages"]]
+
+
+def test_kueue_s_queues_and_flavors_are_context_and_warn_as_the_server_would(run, tmp_path):
+    report = audited(run, tmp_path, TENANT, KUEUE, CPU_JOB)
+    assert [o["kind"] for o in report["objects"]] == ["Job"]  # LocalQueue, ClusterQueue, ResourceFlavor: context
+    (warning,) = queue_warnings(report)
+    assert "LocalQueue gpu (ClusterQueue gpu-only) admits it only onto GPU nodes" in warning
+    # as PriorityClasses, they count from where they appear: a Job before them is judged without them
+    assert queue_warnings(audited(run, tmp_path, TENANT, CPU_JOB, KUEUE)) == []
+    # and a queue whose flavor is no GPU node's warns nothing
+    assert (
+        queue_warnings(audited(run, tmp_path, TENANT, KUEUE.replace("nvidia.com/gpu.present", "pool"), CPU_JOB)) == []
+    )

@@ -20,6 +20,7 @@ import os
 import ssl
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -121,6 +122,15 @@ class GpuWebhook:
 
     def logs(self) -> str:
         return f"--- gpu-webhook serve (tail) ---\n{log_tail(self.log, 60)}"
+
+    def readyz(self) -> dict[str, Any]:
+        """The /readyz detail (its caches, rules, registration), whether ready or not."""
+        context = ssl.create_default_context(cafile=str(self.cert_dir / CA_FILE))
+        try:
+            with urllib.request.urlopen(f"{self.url}/readyz", timeout=5, context=context) as answer:
+                return dict(yaml.safe_load(answer.read()))
+        except urllib.error.HTTPError as error:
+            return dict(yaml.safe_load(error.read()))
 
     def requests(self) -> float:
         """Admission requests this server answered so far (gpu_webhook_requests_total, every endpoint)."""

@@ -31,6 +31,14 @@ from tests.support.cluster import Cluster, dumps
 pytestmark = pytest.mark.cluster
 
 
+def knows_every_local_queue(cluster: Cluster, gpu_webhook: GpuWebhook) -> bool | None:
+    """Whether the server's LocalQueue watch holds as many as the cluster stores: a LocalQueue made a
+    moment before a Job is known to the rules only once its watch event arrived."""
+    stored = len(cluster.get("/apis/kueue.x-k8s.io/v1beta1/localqueues")["items"])
+    caches = gpu_webhook.readyz()["namespaces"]["caches"]
+    return True if caches["localqueue"]["objects"] >= stored else None
+
+
 def test_kueue_resumes_a_gpu_less_job_it_admitted_on_the_gpu_flavor(
     cluster: Cluster, gpu_webhook: GpuWebhook, queues: Queues, tenant: Callable[..., Tenant]
 ) -> None:
@@ -40,9 +48,15 @@ def test_kueue_resumes_a_gpu_less_job_it_admitted_on_the_gpu_flavor(
     written it ("selects GPU nodes"): the Job stayed suspended, holding quota. Now the resume is
     stored, and the Job controller's pods (the template's placement) are created and run."""
     team = tenant("team-gpu-only", cluster_queue=queues.gpu_only)
+    wait_for("the server's LocalQueue watch caught up", lambda: knows_every_local_queue(cluster, gpu_webhook))
     made = team.create(job("cpu-only", labels={QUEUE_LABEL: team.queue}))
     assert made.ok, made.message
     assert made.body["spec"]["suspend"] is True
+    # the tenant is told at create, as kubectl prints it (cpu-workload-in-gpu-only-queue, read from
+    # the server's Kueue caches: the LocalQueue, its ClusterQueue and the nvidia-gpu flavor's nodeLabels)
+    (warning,) = [w for w in made.warnings if "[cpu-workload-in-gpu-only-queue]" in w]
+    assert f"LocalQueue {team.queue} (ClusterQueue {queues.gpu_only}) admits it only onto GPU nodes" in warning
+    assert "(nvidia-gpu) select GPU nodes" in warning
 
     wait_for(
         "the Workload admitted",
@@ -65,3 +79,18 @@ def test_kueue_resumes_a_gpu_less_job_it_admitted_on_the_gpu_flavor(
     running = running_pods(cluster, team.namespace, "batch.kubernetes.io/job-name=cpu-only", 1)
     assert node_labels(cluster, running[0]["spec"]["nodeName"]).get("nvidia.com/gpu.present") == "true"
     assert not [e for e in event_lines(cluster, team.namespace) if "FailedCreate" in e]
+
+
+def test_a_gpu_less_job_in_a_queue_that_tries_a_cpu_flavor_first_is_not_warned_and_runs_off_gpu_nodes(
+    cluster: Cluster, gpu_webhook: GpuWebhook, queues: Queues, tenant: Callable[..., Tenant]
+) -> None:
+    """The counterpart: the tenants ClusterQueue's one resource group lists the cpu flavor first, so
+    Kueue assigns it to a GPU-less Job (flavorassigner: the group's flavors in order) and the pods run
+    on a CPU node; nothing to warn about."""
+    team = tenant("team-cpu-first")
+    wait_for("the server's LocalQueue watch caught up", lambda: knows_every_local_queue(cluster, gpu_webhook))
+    made = team.create(job("etl", labels={QUEUE_LABEL: team.queue}))
+    assert made.ok, made.message
+    assert not [w for w in made.warnings if "cpu-workload-in-gpu-only-queue" in w], made.warnings
+    running = running_pods(cluster, team.namespace, "batch.kubernetes.io/job-name=etl", 1)
+    assert node_labels(cluster, running[0]["spec"]["nodeName"]).get("nvidia.com/gpu.present") is None

@@ -174,6 +174,11 @@ def test_base_rbac_reads_the_context_and_writes_only_its_own_registration(render
             "resources": ["resourceclaims", "resourceclaimtemplates"],
             "verbs": ["get", "list", "watch"],
         },
+        {
+            "apiGroups": ["kueue.x-k8s.io"],
+            "resources": ["localqueues", "clusterqueues", "resourceflavors"],
+            "verbs": ["list", "watch"],
+        },
         POLICY_READ_RULE,
         STATUS_RULE,
         *REGISTRATION_RULES,

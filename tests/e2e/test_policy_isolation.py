@@ -496,3 +496,41 @@ def test_a_replica_that_may_not_list_priority_classes_is_not_ready_until_it_may(
     finally:
         for path in bindings:
             apiserver.request("DELETE", path)
+
+
+def test_a_replica_that_may_not_list_kueue_local_queues_is_not_ready_until_it_may(
+    apiserver: EnvTest,
+    crds: list[str],  # noqa: F811 (the fixture)
+    accounts: Callable[[str], None],
+    start_replica: Callable[..., Replica],
+    tmp_path: Path,
+) -> None:
+    """The pack's cpu-workload-in-gpu-only-queue reads `kueueQueues`: a replica that cannot list Kueue's
+    LocalQueues would tell no tenant while reporting Ready. It stays unready, and /readyz says why;
+    granted, it is ready on this apiserver without Kueue (404: no queues)."""
+    kept, granting = shipped_rules_without("localqueues")
+    bindings: list[str] = []
+    try:
+        accounts("e2e-no-localqueues")
+        bindings.append(grant(apiserver, "e2e-iso-no-lq", kept, "e2e-no-localqueues"))
+        replica = start_replica(kubeconfig_for(apiserver, "e2e-no-localqueues", tmp_path / "k"), "e2e-no-lq")
+        detail = replica.answered(
+            "the LocalQueue list refused",
+            lambda status, d: (
+                status == 503
+                and (
+                    d.get("namespaces", {}).get("caches", {}).get("localqueue", {}).get("lastError") or ""
+                ).startswith("HTTP 403")
+                # the namespaces listed too (the caches start together): they alone do not make it ready
+                and d["namespaces"]["caches"].get("namespace", {}).get("synced") is True
+            ),
+        )
+        assert detail["namespaces"]["synced"] is False and detail["ready"] is False
+        bindings.append(grant(apiserver, "e2e-iso-lq", granting, "e2e-no-localqueues"))
+        detail = replica.answered("ready once it may list them", lambda status, d: status == 200, timeout=60)
+        assert detail["namespaces"]["caches"]["localqueue"]["synced"] is True
+        assert detail["namespaces"]["caches"]["localqueue"]["lastError"] is None
+        assert detail["namespaces"]["caches"]["localqueue"]["served"] is False  # no Kueue here: no queues
+    finally:
+        for path in bindings:
+            apiserver.request("DELETE", path)

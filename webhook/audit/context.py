@@ -55,14 +55,19 @@ CLUSTER_SCOPED = frozenset(
         "CSINode",
         "VolumeAttachment",
         "ClusterPolicyReport",
+        "ClusterQueue",
+        "ResourceFlavor",
     }
 )
 
 
-# Objects the server reads from its caches as context (the CEL priorityClasses, deviceClaims): an
-# input's are context too. PriorityClasses are no admission a rule of the pack acts on: context only;
-# ResourceClaims and templates are also what tenants create, so they are audited as well.
-_CLUSTER_CONTEXT_KINDS = frozenset({"PriorityClass", "ResourceClaim", "ResourceClaimTemplate"})
+# Objects the server reads from its caches as context (the CEL priorityClasses, deviceClaims,
+# kueueQueues): an input's are context too. PriorityClasses and Kueue's queues and flavors are no
+# admission a rule of the pack acts on: context only; ResourceClaims and templates are also what
+# tenants create, so they are audited as well.
+_CLUSTER_CONTEXT_KINDS = frozenset(
+    {"PriorityClass", "ResourceClaim", "ResourceClaimTemplate", "LocalQueue", "ClusterQueue", "ResourceFlavor"}
+)
 _AUDITED_CONTEXT_KINDS = frozenset({"ResourceClaim", "ResourceClaimTemplate"})
 # Cluster-scoped objects the platform admin writes, which configure what the audited objects may use
 # (runtimeClassName, DRA device classes): in the input they are context, not audited objects, as
@@ -83,8 +88,8 @@ class NamespaceContext:
         self.namespaces: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (namespaces or {}).items()}
         self.default_namespace = default_namespace or DEFAULT_NAMESPACE
         self.taken = 0  # Namespace objects found in the input
-        # PriorityClasses and DRA claims/templates met so far: the cluster context the
-        # server's watches would give (priorityClasses, deviceClaims); claims are audited as well
+        # PriorityClasses, DRA claims/templates and Kueue objects met so far: the cluster context the
+        # server's watches would give (priorityClasses, deviceClaims, kueueQueues); claims are audited as well
         self.cluster_objects: list[Mapping[str, Any]] = []
         # a live cluster's context (audit --cluster): Namespaces and the rest come from it alone
         self.cluster = cluster
@@ -93,7 +98,8 @@ class NamespaceContext:
 
     def take(self, obj: Mapping[str, Any]) -> bool:
         """Keep a context object met in the input (True: it is not audited): a Namespace, a GPUPolicyException,
-        a PriorityClass, RuntimeClass or DeviceClass; ResourceClaims and templates are kept and audited."""
+        a PriorityClass, RuntimeClass, DeviceClass or Kueue queue or flavor; ResourceClaims and templates are
+        kept and audited."""
         if obj.get("kind") == EXCEPTION_KIND and str(obj.get("apiVersion", "")).startswith("gpu-webhook.io/"):
             if self.cluster is None:  # a live cluster's exceptions are in its context already
                 self._take_exception(obj)

@@ -8,7 +8,7 @@ The parent feeds them to the tally and the report exactly as `--jobs 1` does, fi
 so the output is the same bytes. At most 2N files are in flight: memory stays bounded.
 
 Namespace objects count wherever they are in the files (the command scans for them first,
-for --jobs 1 too). PriorityClasses and DRA claims count from where they appear, which a
+for --jobs 1 too). PriorityClasses, DRA claims and Kueue objects count from where they appear, which a
 worker cannot know for files before its own: `plan()` keeps such inputs serial.
 """
 
@@ -29,10 +29,10 @@ from .results import ObjectRef, ObjectResult, Tally, audit
 from .sources import read_manifests
 
 # order-dependent cluster context (context.py _CLUSTER_CONTEXT_KINDS): what makes a file unsafe to split
-_ORDERED_CONTEXT = re.compile(
-    rb"kind:\s*[\"']?(PriorityClass|ResourceClaim|ResourceClaimTemplate|GPUPolicyException)\b"
-    rb"|\"kind\"\s*:\s*\"(PriorityClass|ResourceClaim|ResourceClaimTemplate|GPUPolicyException)\""
+_CONTEXT_KINDS = (
+    rb"(PriorityClass|ResourceClaim|ResourceClaimTemplate|GPUPolicyException|LocalQueue|ClusterQueue|ResourceFlavor)"
 )
+_ORDERED_CONTEXT = re.compile(rb"kind:\s*[\"']?" + _CONTEXT_KINDS + rb"\b|\"kind\"\s*:\s*\"" + _CONTEXT_KINDS + rb"\"")
 
 # ("result", ObjectResult) | ("problem", message) | ("note", message); with `entries` (the JSON
 # report): ("entry", bytes) per object and ("tally", Tally) per file instead of results

@@ -32,7 +32,7 @@ Sources = tuple[Source, ...]  # the alternatives one receiver may be
 QUADRATIC = frozenset({"map", "filter", "transformList", "transformMap", "transformMapEntry"})
 COMPREHENSIONS = QUADRATIC | frozenset({"all", "exists", "exists_one"})
 # what the platform controls: namespace labels, the rule's params, the request's fixed fields
-TRUSTED_ROOTS = frozenset({"params", "namespaceObject", "request", "accelerators", "priorityClasses"})
+TRUSTED_ROOTS = frozenset({"params", "namespaceObject", "request", "accelerators", "priorityClasses", "kueueQueues"})
 TENANT_ROOTS = frozenset(
     {"object", "oldObject", "podSpec", "podSpecs", "podMetadata", "containers", "deviceClaims", "quantities"}
 )

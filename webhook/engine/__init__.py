@@ -24,6 +24,7 @@ from .cel import CompiledExpression
 from .decision import NO_NAMESPACE_CONTEXT, SEVERITY, Decision, Result, RuleOutcome, shared_outcome
 from .evaluate import evaluate
 from .exceptions import PolicyException, parse_exception, parse_time
+from .kueue import queue_table
 from .loader import LoadResult, compile_documents, exception_errors, load_rules, rule_files
 from .mutate import MUTATIONS, MutationView
 from .paramtypes import ParamTypes
@@ -37,7 +38,7 @@ from .workloads import KIND_TABLE, WorkloadKind
 # evaluate, and what a door hands it: the admission (AdmissionInput.offline for doors without an
 # AdmissionRequest, .from_request for the server's), the cluster context beyond its namespace and
 # where a door reads it (ClusterContext, ClusterSource; priority_class_table for its
-# PriorityClasses), the phase, the server's mode, the limits (Limits(): the defaults)
+# PriorityClasses, queue_table for its Kueue queues), the phase, the server's mode, the limits (Limits(): the defaults)
 __all__ = [
     "AdmissionInput",
     "ClusterContext",
@@ -47,6 +48,7 @@ __all__ = [
     "Phase",
     "evaluate",
     "priority_class_table",
+    "queue_table",
 ]
 # what evaluate gives: the decision, and its summary per rule (outcomes()) that every door reports
 __all__ += [

@@ -40,6 +40,7 @@ VARIABLES = (
     "priorityClasses",  # name -> {value, preemptionPolicy, globalDefault}; null when unknown
     "defaultPriorityClass",  # the globalDefault class's name, '' when none, null when unknown
     "deviceClaims",  # the target's DRA pod claims, resolved (resources.Accelerators.claim_summary)
+    "kueueQueues",  # the namespace's LocalQueues -> {clusterQueue, flavors} (kueue.queue_table); null when unknown
 )
 # Values computed in Python for the target being evaluated, read by the rewritten helpers.
 # targetWholeGpuCount: targetGpuCount without MIG slices, time-sliced replicas, vGPUs and shares;

@@ -324,6 +324,8 @@ class Programs:
             variables["accelerators"] = self.ruleset.env.accelerator_table
         if "priorityClasses" in references:
             variables["priorityClasses"] = admission.priority_classes
+        if "kueueQueues" in references:
+            variables["kueueQueues"] = admission.kueue_queues
         if "defaultPriorityClass" in references:
             variables["defaultPriorityClass"] = self._default_priority_class()
         if "podMetadata" in references:

@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from .exceptions import PolicyException
+from .kueue import by_name, is_kueue, queue_table
 from .pointer import is_map
 
 
@@ -84,6 +85,9 @@ class AdmissionInput:
     # (resource.k8s.io/v1), to resolve a pod's spec.resourceClaims (resources.Accelerators.pod_claims).
     resource_claims: Mapping[str, Mapping[str, Any]] | None = None
     resource_claim_templates: Mapping[str, Mapping[str, Any]] | None = None
+    # Kueue's LocalQueues of the request's namespace by name, each with its ClusterQueue's flavors
+    # (kueue.queue_table); the CEL `kueueQueues`.
+    kueue_queues: Mapping[str, Mapping[str, Any]] | None = None
     # Commas in the JSON text the objects were parsed from (the server: the request body), when
     # known: every collection in them has at most this many items plus one, so the collection
     # limit needs no second look at an object whose text had fewer commas than the limit.
@@ -113,6 +117,7 @@ class AdmissionInput:
         priority_classes: Mapping[str, Mapping[str, Any]] | None = None,
         resource_claims: Mapping[str, Mapping[str, Any]] | None = None,
         resource_claim_templates: Mapping[str, Mapping[str, Any]] | None = None,
+        kueue_queues: Mapping[str, Mapping[str, Any]] | None = None,
         cluster_objects: Iterable[Any] | None = None,
         exceptions: Iterable[PolicyException] = (),
         now: datetime | None = None,
@@ -123,11 +128,12 @@ class AdmissionInput:
 
         `namespace` defaults to the object's metadata.namespace; `request` carries the same fields
         as an AdmissionRequest (kind, resource-free; name, namespace, operation, userInfo, dryRun).
-        Cluster context the door has (PriorityClasses, DRA claims and templates of the namespace)
-        goes in as the fields of the same names; None means "unknown", as in the server. Or give
-        `cluster_objects`, the objects as read from files (PriorityClass, ResourceClaim,
-        ResourceClaimTemplate; others are ignored): the fields are made from them (cluster_context).
-        And `cluster`, what a ClusterSource read (its `context`), replaces each of the four it knows.
+        Cluster context the door has (PriorityClasses, DRA claims and templates of the namespace, its
+        Kueue queues) goes in as the fields of the same names; None means "unknown", as in the server.
+        Or give `cluster_objects`, the objects as read from files (PriorityClass, ResourceClaim,
+        ResourceClaimTemplate, Kueue's LocalQueue, ClusterQueue and ResourceFlavor; others are
+        ignored): the fields are made from them (cluster_context). And `cluster`, what a ClusterSource
+        read (its `context`), replaces each of the fields it knows.
         """
         subject = obj if obj is not None else old_object
         if namespace is None:
@@ -141,6 +147,7 @@ class AdmissionInput:
             resource_claims = resource_claims if resource_claims is not None else found.resource_claims
             if resource_claim_templates is None:
                 resource_claim_templates = found.resource_claim_templates
+            kueue_queues = kueue_queues if kueue_queues is not None else found.kueue_queues
         if cluster is not None:  # what it knows wins over the objects read from files
             if cluster.priority_classes is not None:
                 priority_classes = cluster.priority_classes
@@ -148,6 +155,8 @@ class AdmissionInput:
                 resource_claims = cluster.resource_claims
             if cluster.resource_claim_templates is not None:
                 resource_claim_templates = cluster.resource_claim_templates
+            if cluster.kueue_queues is not None:
+                kueue_queues = cluster.kueue_queues
             exceptions = cluster.exceptions or exceptions
         return cls(
             object=obj,
@@ -161,6 +170,7 @@ class AdmissionInput:
             priority_classes=priority_classes,
             resource_claims=resource_claims,
             resource_claim_templates=resource_claim_templates,
+            kueue_queues=kueue_queues,
             exceptions=tuple(exceptions),
             now=now,
             namespace_unchanging=namespace_unchanging,
@@ -197,18 +207,20 @@ class AdmissionInput:
             priority_classes=cluster.priority_classes,
             resource_claims=cluster.resource_claims,
             resource_claim_templates=cluster.resource_claim_templates,
+            kueue_queues=cluster.kueue_queues,
             json_commas=json_commas,
             exceptions=cluster.exceptions,
         )
 
     def with_context(self, context: ClusterContext) -> AdmissionInput:
-        """A copy of this admission with the cluster's PriorityClasses, the namespace's DRA objects and
-        exceptions in place of its own."""
+        """A copy of this admission with the cluster's PriorityClasses, the namespace's DRA objects, Kueue
+        queues and exceptions in place of its own."""
         return replace(
             self,
             priority_classes=context.priority_classes,
             resource_claims=context.resource_claims,
             resource_claim_templates=context.resource_claim_templates,
+            kueue_queues=context.kueue_queues,
             exceptions=context.exceptions,
         )
 
@@ -226,12 +238,14 @@ class AdmissionInput:
 @dataclass(frozen=True, slots=True)
 class ClusterContext:
     """The cluster beyond the request's Namespace that rules read: PriorityClasses (the CEL
-    `priorityClasses`) and the ResourceClaims and templates of the namespace (`deviceClaims`), by
-    name. None: unknown to the door (not listed, not watched, or not served by the cluster)."""
+    `priorityClasses`), the ResourceClaims and templates of the namespace (`deviceClaims`), by
+    name, and the namespace's Kueue queues (`kueueQueues`). None: unknown to the door (not listed,
+    not watched, or not served by the cluster)."""
 
     priority_classes: Mapping[str, Mapping[str, Any]] | None = None
     resource_claims: Mapping[str, Mapping[str, Any]] | None = None
     resource_claim_templates: Mapping[str, Mapping[str, Any]] | None = None
+    kueue_queues: Mapping[str, Mapping[str, Any]] | None = None
     # the cluster's GPUPolicyExceptions (any namespace: evaluate keeps those of the object's)
     exceptions: tuple[PolicyException, ...] = ()
 
@@ -250,8 +264,9 @@ class ClusterSource(Protocol):
 
 def cluster_context(objects: Iterable[Any], namespace: str | None) -> ClusterContext:
     """The cluster context an offline door can give from objects it read: PriorityClasses (None when
-    there are none: the door does not know the cluster's classes), and the ResourceClaims and
-    ResourceClaimTemplates (resource.k8s.io, any version) of `namespace`, by name."""
+    there are none: the door does not know the cluster's classes), the ResourceClaims and
+    ResourceClaimTemplates (resource.k8s.io, any version) of `namespace`, by name, and the Kueue
+    queues of `namespace` (None when there is no Kueue object at all)."""
     objects = [o for o in objects if isinstance(o, Mapping)]
     classes = [o for o in objects if o.get("kind") == "PriorityClass"]
     claims: dict[str, Any] = {}
@@ -266,7 +281,24 @@ def cluster_context(objects: Iterable[Any], namespace: str | None) -> ClusterCon
         if (metadata.get("namespace") or namespace) != namespace or not isinstance(metadata.get("name"), str):
             continue
         (claims if kind == "ResourceClaim" else templates)[metadata["name"]] = obj
-    return ClusterContext(priority_class_table(classes) if classes else None, claims, templates)
+    return ClusterContext(
+        priority_class_table(classes) if classes else None, claims, templates, kueue_context(objects, namespace)
+    )
+
+
+def kueue_context(objects: list[Mapping[str, Any]], namespace: str | None) -> dict[str, dict[str, Any]] | None:
+    """The `kueueQueues` of `namespace` that Kueue objects read from files give; None without any."""
+    if not any(is_kueue(o) for o in objects):
+        return None
+    local = []
+    for obj in objects:
+        metadata = obj.get("metadata")
+        if (
+            is_kueue(obj, "LocalQueue")
+            and ((metadata.get("namespace") if is_map(metadata) else None) or namespace) == namespace
+        ):
+            local.append(obj)
+    return queue_table(local, by_name(objects, "ClusterQueue"), by_name(objects, "ResourceFlavor"))
 
 
 def priority_class_table(objects: Any) -> dict[str, dict[str, Any]]:

@@ -35,7 +35,7 @@ NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 NATIVE_OPERATIONS = frozenset({"CREATE", "UPDATE"})
 # cluster context the engine reads from its caches (AdmissionInput.priority_classes,
 # resource_claims): a native policy has no such data (params are constants, no lookups)
-CONTEXT_VARIABLES = ("priorityClasses", "defaultPriorityClass", "deviceClaims")
+CONTEXT_VARIABLES = ("priorityClasses", "defaultPriorityClass", "deviceClaims", "kueueQueues")
 # what counts accelerators: the engine adds the devices of the pod's DRA claims, resolved against
 # the namespace's ResourceClaims / ResourceClaimTemplates (resources.py), and takes an unresolved
 # claim for an accelerator; the apiserver's CEL sees only the object, so it cannot count the same

@@ -4,6 +4,8 @@
 - PriorityClasses (scheduling.k8s.io/v1): `priorityClasses` / `defaultPriorityClass`.
 - ResourceClaims and ResourceClaimTemplates (resource.k8s.io/v1, GA in 1.34): what a pod's
   spec.resourceClaims refer to, so the engine knows whether they are GPUs.
+- Kueue's LocalQueues, ClusterQueues and ResourceFlavors (kueue.x-k8s.io/v1beta1): `kueueQueues`, where
+  the namespace's queues admit workloads (a cluster without Kueue has no queues).
 - GPUPolicyExceptions (gpu-webhook.io/v1alpha1, webhook/install/crds.py): the namespace's exceptions,
   each parsed once when it changes, on the watch thread, at most `per_namespace` applied per namespace;
   an expired one stops applying by itself (the engine compares the expiry with the request's time).
@@ -17,6 +19,7 @@ reads the same `context`: the server and the audit cannot see different clusters
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
@@ -24,7 +27,14 @@ from urllib.parse import quote
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from webhook.engine import ClusterContext, PolicyException, RuleLoadError, parse_exception, priority_class_table
+from webhook.engine import (
+    ClusterContext,
+    PolicyException,
+    RuleLoadError,
+    parse_exception,
+    priority_class_table,
+    queue_table,
+)
 from webhook.engine.documents import API_VERSION, EXCEPTION_KIND, MAX_EXCEPTIONS_PER_NAMESPACE, POLICY_RESOURCES
 
 from .connect import ClusterError
@@ -114,6 +124,98 @@ class ClaimCache(_DraCache):
     kind = "resourceclaim"
     resource = ("resource.k8s.io", "resourceclaims")
     keep_status = False  # one claim per DRA pod: keep the spec, not the allocation
+
+
+_KUEUE = "/apis/kueue.x-k8s.io/v1beta1"  # Kueue v0.13's API; later releases serve it beside v1beta2
+
+
+class KueueCache(WatchCache):
+    """One Kueue kind, status left out. A cluster without Kueue (404) has none of it, and is asked
+    again every `absent_retry` seconds, quietly: Kueue installed later is found without a restart."""
+
+    resource = ("kueue.x-k8s.io", "")
+    keep_status = False
+    absent_retry = 60.0
+
+    def __init__(self, api_client: ApiClient, **options: Any) -> None:
+        super().__init__(api_client, f"{_KUEUE}/{self.resource[1]}", **options)
+        self.absent = False
+
+    def _list(self, collection: str | None = None, limit: int | None = None) -> None:
+        try:
+            super()._list(collection, limit)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            if not self.absent:
+                log.info("%s: not served by this cluster (Kueue is not installed): no queues", self.resource[1])
+            self.absent = True
+            self._items = {}
+            self._resource_version = None  # nothing to watch: list again after `absent_retry`
+            self._last_seen = time.monotonic()
+            self._synced.set()
+            self._notify("SYNCED", "")
+            return
+        self.absent = False
+
+    def _watch(self) -> None:
+        if self._resource_version is None:  # not served: look again later
+            self._stopping.wait(self.absent_retry)
+            return
+        super()._watch()
+
+    def status(self) -> dict[str, Any]:
+        return {**super().status(), "served": not self.absent}
+
+
+class LocalQueueCache(KueueCache):
+    kind = "localqueue"
+    resource = ("kueue.x-k8s.io", "localqueues")
+
+
+class ClusterQueueCache(KueueCache):
+    kind = "clusterqueue"
+    resource = ("kueue.x-k8s.io", "clusterqueues")
+
+
+class ResourceFlavorCache(KueueCache):
+    kind = "resourceflavor"
+    resource = ("kueue.x-k8s.io", "resourceflavors")
+
+
+class KueueQueues:
+    """The three Kueue caches, and per namespace the `kueueQueues` table they make, rebuilt only after
+    one of them changed (the request path then reads a dict)."""
+
+    def __init__(self, api_client: ApiClient, **options: Any) -> None:
+        self.local = LocalQueueCache(api_client, **options)
+        self.cluster = ClusterQueueCache(api_client, **options)
+        self.flavors = ResourceFlavorCache(api_client, **options)
+        self._version: tuple[Any, ...] = ()
+        self._tables: dict[str, dict[str, dict[str, Any]]] = {}
+
+    @property
+    def caches(self) -> tuple[KueueCache, ...]:
+        return (self.local, self.cluster, self.flavors)
+
+    @property
+    def synced(self) -> bool:
+        return all(cache.synced for cache in self.caches)
+
+    def table(self, namespace: str) -> dict[str, dict[str, Any]] | None:
+        """LocalQueue name -> {clusterQueue, flavors} for `namespace`; None until all three are listed."""
+        if not self.synced:
+            return None
+        # a list replaces the map, every event (and bookmark) moves the resourceVersion: O(1), not O(queues)
+        version = tuple((id(c._items), c._resource_version) for c in self.caches)
+        if version != self._version:
+            self._version, self._tables = version, {}
+        found = self._tables.get(namespace)
+        if found is None:
+            local = self.local.in_namespace(namespace).values()
+            found = queue_table(local, self.cluster.in_namespace(""), self.flavors.in_namespace(""))
+            self._tables[namespace] = found
+        return found
 
 
 NotApplied = Callable[[dict[str, int]], None]
@@ -252,12 +354,23 @@ def _created(obj: Mapping[str, Any] | None) -> str:
 # (API group, plural) of what ClusterCaches reads: `list` (and `watch` in the server) on each is the
 # RBAC it needs; `get` too on namespaces (a miss, or an audit scoped to one namespace)
 CONTEXT_RESOURCES: tuple[tuple[str, str], ...] = tuple(
-    cache.resource for cache in (NamespaceCache, PriorityClassCache, ClaimCache, ClaimTemplateCache, ExceptionCache)
+    cache.resource
+    for cache in (
+        NamespaceCache,
+        PriorityClassCache,
+        ClaimCache,
+        ClaimTemplateCache,
+        ExceptionCache,
+        LocalQueueCache,
+        ClusterQueueCache,
+        ResourceFlavorCache,
+    )
 )
 
 
-# the CEL variables built from the PriorityClass cache (webhook/engine/programs.py)
+# the CEL variables built from the PriorityClass cache and the Kueue caches (webhook/engine/programs.py)
 PRIORITY_CLASS_VARIABLES = frozenset({"priorityClasses", "defaultPriorityClass"})
+KUEUE_VARIABLES = frozenset({"kueueQueues"})
 
 
 class ClusterCaches:
@@ -274,6 +387,7 @@ class ClusterCaches:
         *,
         dra: bool = True,
         exceptions: bool = True,
+        kueue: bool = True,
         exceptions_per_namespace: int = MAX_EXCEPTIONS_PER_NAMESPACE,
         **options: Any,
     ) -> None:
@@ -282,11 +396,12 @@ class ClusterCaches:
         self.claims = ClaimCache(api_client, **options) if dra else None
         self.templates = ClaimTemplateCache(api_client, **options) if dra else None
         self.exceptions = ExceptionCache(api_client, exceptions_per_namespace, **options) if exceptions else None
+        self.kueue = KueueQueues(api_client, **options) if kueue else None
 
     @property
     def caches(self) -> list[WatchCache]:
         found = (self.namespaces, self.priority_classes, self.claims, self.templates, self.exceptions)
-        return [c for c in found if c is not None]
+        return [c for c in found if c is not None] + list(self.kueue.caches if self.kueue is not None else ())
 
     # -- NamespaceSource ---------------------------------------------------------------------------
     @property
@@ -299,8 +414,12 @@ class ClusterCaches:
         list `priorityClasses` and `defaultPriorityClass` are unknown, and a rule that sets a class from
         them sets none. The PriorityClass API is always served (scheduling.k8s.io/v1) and the shipped
         RBAC grants its list and watch, so a replica that cannot list them is misconfigured: it stays
-        unready, and /readyz names the cache's error. DRA objects and exceptions only add context."""
+        unready, and /readyz names the cache's error. So it is with Kueue's queues where a rule reads
+        `kueueQueues`: a cluster without Kueue is listed at once (no queues); a 403 is the RBAC's. DRA
+        objects and exceptions only add context."""
         if references & PRIORITY_CLASS_VARIABLES and not self.priority_classes.synced:
+            return False
+        if references & KUEUE_VARIABLES and self.kueue is not None and not self.kueue.synced:
             return False
         return self.namespaces.synced
 
@@ -343,7 +462,8 @@ class ClusterCaches:
                 raise ClusterError(f"namespace {namespace} not found")
         else:
             _attempt(self.namespaces, self.namespaces.list_once, None, limit)
-        for cache in (self.priority_classes, self.claims, self.templates, self.exceptions):
+        kueue = self.kueue.caches if self.kueue is not None else ()
+        for cache in (self.priority_classes, self.claims, self.templates, self.exceptions, *kueue):
             if cache is None:
                 continue
             scoped = cache.in_one(namespace) if namespace and isinstance(cache, _DraCache | ExceptionCache) else None
@@ -366,6 +486,7 @@ class ClusterCaches:
             resource_claim_templates=(
                 templates.in_namespace(namespace) if templates is not None and templates.synced else None
             ),
+            kueue_queues=self.kueue.table(namespace) if self.kueue is not None and namespace else None,
             exceptions=self.exceptions.of(namespace) if self.exceptions is not None and namespace else (),
         )
 
