@@ -295,3 +295,24 @@ def test_params_references_are_checked_against_the_rules_params(cli, write):
     assert "spec.validate.messageExpression: params.taint_key is not a param" in out
     assert "params.effects" not in out  # defined: no complaint
     assert out.count("is not a param") == 2
+
+
+def test_a_file_edited_between_two_lints_in_one_process_is_read_as_it_is_now(cli, write):
+    """lint keeps each file's parse while its text is the same (the server's /policies check lints the
+    pack at every apply in one long-lived process): an edit is seen at the next lint, and undoing it too."""
+    good = """
+        apiVersion: gpu-webhook.io/v1alpha1
+        kind: GPUPolicy
+        metadata: {name: edited}
+        spec:
+          match: {kinds: [Pod]}
+          validate: {expression: "true"}
+        """
+    path = write("r.yaml", good)
+    assert lint_lines(cli, path) == (0, [])
+    # a problem only lint's own pass over the documents finds (the loader takes the rule)
+    write("r.yaml", good.replace('"true"', "\"podMetadata.annotations['a'].split(',').size() < 3\""))
+    code, lines = lint_lines(cli, path)
+    assert code == 1 and any("split() on an annotation" in line for line in lines), lines
+    write("r.yaml", good)
+    assert lint_lines(cli, path) == (0, [])

@@ -81,13 +81,17 @@ _EXPRESSION_PATHS: tuple[tuple[str, ...], ...] = (
 LINT_NAMESPACE = "gpu-lint"
 
 
-def lint(paths: Iterable[str | os.PathLike[str]], objects: Iterable[Document] = ()) -> list[LoadError]:
+def lint(
+    paths: Iterable[str | os.PathLike[str]], objects: Iterable[Document] = (), *, suites: bool = True
+) -> list[LoadError]:
     """Every problem of every rule file under the paths, and of `objects` (policy objects from a cluster:
-    the server's admission of GPUPolicy objects), in file order."""
+    the server's admission of GPUPolicy objects), in file order; without `suites`, the GPUPolicyTest
+    suites beside the rules go unchecked (nothing an object's admission is about)."""
     paths, objects = list(paths), list(objects)
     result = load_rules(paths, objects)
     errors = list(result.errors)
-    documents = list(_policy_documents(rule_files(paths)))
+    files = rule_files(paths)
+    documents = list(_policy_documents(files))
     documents += [d for d in objects if isinstance(d.data, Mapping) and d.data.get("kind") == POLICY_KIND]
     env = result.ruleset.env if result.ruleset is not None else None
     for document in documents:
@@ -96,7 +100,8 @@ def lint(paths: Iterable[str | os.PathLike[str]], objects: Iterable[Document] = 
         errors.extend(_param_errors(document))
         errors.extend(_param_type_errors(document, env))
         errors.extend(_kind_errors(document))
-    errors.extend(_suite_errors(rule_files(paths)))
+    if suites:
+        errors.extend(_suite_errors(files))
     if result.ruleset is not None:
         errors.extend(_mutate_then_deny(result.ruleset, {_name(d): d for d in documents}))
     return sorted(_unique(errors), key=lambda e: (e.location.file, e.location.line, e.location.column))
@@ -110,13 +115,22 @@ def _unique(errors: list[LoadError]) -> Iterator[LoadError]:
             yield error
 
 
+# file -> (its text, its documents): a file is parsed again only when its text changed. The server's
+# /policies check lints the whole pack at every apply, in a process that lives from one to the next.
+_PARSED: dict[str, tuple[str, list[Document]]] = {}
+
+
 def _documents(files: list[str]) -> Iterator[Document]:
     """Every document of the files the loader could read (it has reported those it could not)."""
     for file in files:
         try:
-            yield from load_documents(Path(file).read_text(encoding="utf-8"), file)
+            text = Path(file).read_text(encoding="utf-8")
+            known = _PARSED.get(file)
+            if known is None or known[0] != text:
+                known = _PARSED[file] = (text, list(load_documents(text, file)))
         except (OSError, UnicodeDecodeError, YamlError):
             continue
+        yield from known[1]
 
 
 def _policy_documents(files: list[str]) -> Iterator[Document]:

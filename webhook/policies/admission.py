@@ -99,7 +99,7 @@ def problems(obj: Mapping[str, Any], paths: Iterable[str], others: Iterable[Mapp
     candidate = policy_object(obj)
     documents = [policy_object(o) for o in others]
     documents = [o for o in documents if o.key != candidate.key]
-    found = lint(list(paths), [*(o.document for o in documents), candidate.document])
+    found = lint(list(paths), [*(o.document for o in documents), candidate.document], suites=False)
     return errors_about(found, candidate.label)
 
 
