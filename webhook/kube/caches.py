@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
+import orjson
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
@@ -37,6 +38,7 @@ from webhook.engine import (
 )
 from webhook.engine.documents import API_VERSION, EXCEPTION_KIND, MAX_EXCEPTIONS_PER_NAMESPACE, POLICY_RESOURCES
 
+from . import rest
 from .connect import ClusterError
 from .policies import PolicyObjectCache
 from .watchcache import WatchCache
@@ -140,6 +142,7 @@ class KueueCache(WatchCache):
     def __init__(self, api_client: ApiClient, **options: Any) -> None:
         super().__init__(api_client, f"{_KUEUE}/{self.resource[1]}", **options)
         self.absent = False
+        self.problem = ""  # why the kind is not read although Kueue is installed ("" while it is read)
 
     def _list(self, collection: str | None = None, limit: int | None = None) -> None:
         try:
@@ -147,16 +150,33 @@ class KueueCache(WatchCache):
         except ApiException as error:
             if error.status != 404:
                 raise
-            if not self.absent:
+            other = self._other_versions()
+            problem = (
+                f"HTTP 404: {_KUEUE} is not served, but kueue.x-k8s.io is ({', '.join(other)}): rules that "
+                "read kueueQueues see no queues"
+                if other  # Kueue is there, in versions this server does not read: said, never a quiet "no queues"
+                else ""
+            )
+            if problem and problem != self.problem:
+                log.error("%s: %s", self.resource[1], problem)
+            elif not problem and not self.absent:
                 log.info("%s: not served by this cluster (Kueue is not installed): no queues", self.resource[1])
-            self.absent = True
+            self.absent, self.problem = True, problem
             self._items = {}
             self._resource_version = None  # nothing to watch: list again after `absent_retry`
             self._last_seen = time.monotonic()
             self._synced.set()
             self._notify("SYNCED", "")
             return
-        self.absent = False
+        self.absent, self.problem = False, ""
+
+    def _other_versions(self) -> list[str]:
+        """The versions of kueue.x-k8s.io the cluster serves (none: Kueue is not installed)."""
+        try:
+            group = orjson.loads(rest.get(self._api, "/apis/kueue.x-k8s.io", timeout=(5, 10)).data)
+        except Exception:  # 404 (no Kueue), or no answer: nothing more to say than the 404 itself
+            return []
+        return [str(v.get("version")) for v in group.get("versions") or () if isinstance(v, Mapping)]
 
     def _watch(self) -> None:
         if self._resource_version is None:  # not served: look again later
@@ -165,7 +185,7 @@ class KueueCache(WatchCache):
         super()._watch()
 
     def status(self) -> dict[str, Any]:
-        return {**super().status(), "served": not self.absent}
+        return {**super().status(), "served": not self.absent, "problem": self.problem or None}
 
 
 class LocalQueueCache(KueueCache):
