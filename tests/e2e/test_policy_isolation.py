@@ -402,7 +402,11 @@ def test_a_replica_that_may_not_list_gpupolicies_is_not_ready_and_one_that_loses
         detail = forbidden.answered(
             "GPUPolicy unavailable",
             # the other caches list a moment after the server starts: until then they are "not listed yet"
-            lambda status, d: status == 503 and set(d.get("policies", {}).get("unavailable", {})) == {"GPUPolicy"},
+            lambda status, d: (
+                status == 503
+                and set(d.get("policies", {}).get("unavailable", {})) == {"GPUPolicy"}
+                and d.get("namespaces", {}).get("synced") is True
+            ),
         )
         why = detail["policies"]["unavailable"]["GPUPolicy"]
         assert why.startswith("listing gpupolicies.gpu-webhook.io is forbidden (HTTP 403)"), why
@@ -462,75 +466,53 @@ def test_a_replica_that_may_not_list_gpupolicies_is_not_ready_and_one_that_loses
         cleanup(apiserver, made)
 
 
-def test_a_replica_that_may_not_list_priority_classes_is_not_ready_until_it_may(
+@pytest.mark.parametrize(
+    ("plural", "cache", "served"),
+    [
+        # the pack's priority-class-by-workload reads `priorityClasses`: unable to list them, a replica
+        # would set no class on any workload while reporting Ready
+        ("priorityclasses", "priorityclass", None),
+        # cpu-workload-in-gpu-only-queue reads `kueueQueues`: unable to list Kueue's LocalQueues, it would
+        # tell no tenant; granted, it is ready on this apiserver without Kueue (404: no queues)
+        ("localqueues", "localqueue", False),
+    ],
+)
+def test_a_replica_that_may_not_list_what_its_rules_read_is_not_ready_until_it_may(
     apiserver: EnvTest,
     crds: list[str],  # noqa: F811 (the fixture)
     accounts: Callable[[str], None],
     start_replica: Callable[..., Replica],
     tmp_path: Path,
+    plural: str,
+    cache: str,
+    served: bool | None,
 ) -> None:
-    """The pack's priority-class-by-workload reads `priorityClasses`: a replica that cannot list them
-    would set no class on any workload while reporting Ready. It stays unready, and /readyz says why."""
-    kept, granting = shipped_rules_without("priorityclasses")
+    """A rule of the pack reads the cluster context this cache gives: the replica stays unready, and
+    /readyz says why, until its RBAC lets it list them; then it is ready without a restart."""
+    kept, granting = shipped_rules_without(plural)
+    account = f"e2e-no-{plural}"
     bindings: list[str] = []
     try:
-        accounts("e2e-no-priorityclasses")
-        bindings.append(grant(apiserver, "e2e-iso-no-pc", kept, "e2e-no-priorityclasses"))
-        replica = start_replica(kubeconfig_for(apiserver, "e2e-no-priorityclasses", tmp_path / "k"), "e2e-no-pc")
+        accounts(account)
+        bindings.append(grant(apiserver, f"e2e-iso-no-{plural}", kept, account))
+        replica = start_replica(kubeconfig_for(apiserver, account, tmp_path / "k"), f"e2e-no-{cache}")
         detail = replica.answered(
-            "the PriorityClass list refused",
+            f"the {plural} list refused",
             lambda status, d: (
                 status == 503
-                and (
-                    d.get("namespaces", {}).get("caches", {}).get("priorityclass", {}).get("lastError") or ""
-                ).startswith("HTTP 403")
+                and (d.get("namespaces", {}).get("caches", {}).get(cache, {}).get("lastError") or "").startswith(
+                    "HTTP 403"
+                )
                 # the namespaces listed too (the caches start together): they alone do not make it ready
                 and d["namespaces"]["caches"].get("namespace", {}).get("synced") is True
             ),
         )
         assert detail["namespaces"]["synced"] is False and detail["ready"] is False
-        bindings.append(grant(apiserver, "e2e-iso-pc", granting, "e2e-no-priorityclasses"))
+        bindings.append(grant(apiserver, f"e2e-iso-{plural}", granting, account))
         detail = replica.answered("ready once it may list them", lambda status, d: status == 200, timeout=60)
-        assert detail["namespaces"]["caches"]["priorityclass"]["synced"] is True
-        assert detail["namespaces"]["caches"]["priorityclass"]["lastError"] is None
-    finally:
-        for path in bindings:
-            apiserver.request("DELETE", path)
-
-
-def test_a_replica_that_may_not_list_kueue_local_queues_is_not_ready_until_it_may(
-    apiserver: EnvTest,
-    crds: list[str],  # noqa: F811 (the fixture)
-    accounts: Callable[[str], None],
-    start_replica: Callable[..., Replica],
-    tmp_path: Path,
-) -> None:
-    """The pack's cpu-workload-in-gpu-only-queue reads `kueueQueues`: a replica that cannot list Kueue's
-    LocalQueues would tell no tenant while reporting Ready. It stays unready, and /readyz says why;
-    granted, it is ready on this apiserver without Kueue (404: no queues)."""
-    kept, granting = shipped_rules_without("localqueues")
-    bindings: list[str] = []
-    try:
-        accounts("e2e-no-localqueues")
-        bindings.append(grant(apiserver, "e2e-iso-no-lq", kept, "e2e-no-localqueues"))
-        replica = start_replica(kubeconfig_for(apiserver, "e2e-no-localqueues", tmp_path / "k"), "e2e-no-lq")
-        detail = replica.answered(
-            "the LocalQueue list refused",
-            lambda status, d: (
-                status == 503
-                and (
-                    d.get("namespaces", {}).get("caches", {}).get("localqueue", {}).get("lastError") or ""
-                ).startswith("HTTP 403")
-                # the namespaces listed too (the caches start together): they alone do not make it ready
-                and d["namespaces"]["caches"].get("namespace", {}).get("synced") is True
-            ),
-        )
-        assert detail["namespaces"]["synced"] is False and detail["ready"] is False
-        bindings.append(grant(apiserver, "e2e-iso-lq", granting, "e2e-no-localqueues"))
-        detail = replica.answered("ready once it may list them", lambda status, d: status == 200, timeout=60)
-        assert detail["namespaces"]["caches"]["localqueue"]["synced"] is True
-        assert detail["namespaces"]["caches"]["localqueue"]["lastError"] is None
-        assert detail["namespaces"]["caches"]["localqueue"]["served"] is False  # no Kueue here: no queues
+        assert detail["namespaces"]["caches"][cache]["synced"] is True
+        assert detail["namespaces"]["caches"][cache]["lastError"] is None
+        assert detail["namespaces"]["caches"][cache].get("served") is served
     finally:
         for path in bindings:
             apiserver.request("DELETE", path)
