@@ -34,9 +34,11 @@ from typing import Any
 import jsonpatch
 import jsonpointer
 import pytest
+import yaml
 
 from tests.e2e.conftest import WebhookServer
 from tests.support import RULES
+from tests.support.cluster import cluster_dir
 from tests.support.envtest import EnvTest, Response
 from webhook.authoring.suite import Suite, admission, discover
 from webhook.engine import Decision, Phase, RuleSet, evaluate
@@ -56,6 +58,31 @@ CACHES = {
         "resource.k8s.io/v1",
         "ResourceClaim",
     ),
+    # Kueue's, behind `kueueQueues` (its CRDs installed by the `kueue` fixture)
+    "localqueue": (
+        "/apis/kueue.x-k8s.io/v1beta1/namespaces/e2e-sync/localqueues/e2e-sync",
+        "kueue.x-k8s.io/v1beta1",
+        "LocalQueue",
+    ),
+    "clusterqueue": ("/apis/kueue.x-k8s.io/v1beta1/clusterqueues/e2e-sync", "kueue.x-k8s.io/v1beta1", "ClusterQueue"),
+    "resourceflavor": (
+        "/apis/kueue.x-k8s.io/v1beta1/resourceflavors/e2e-sync",
+        "kueue.x-k8s.io/v1beta1",
+        "ResourceFlavor",
+    ),
+}
+CLUSTER_SCOPED = {"PriorityClass", "ClusterQueue", "ResourceFlavor"}  # of the kinds suites give as cluster objects
+KUEUE_MARKERS = {  # the markers' specs, valid for Kueue's own CRDs
+    "LocalQueue": {"clusterQueue": SYNC},
+    "ClusterQueue": {
+        "resourceGroups": [
+            {
+                "coveredResources": ["cpu"],
+                "flavors": [{"name": SYNC, "resources": [{"name": "cpu", "nominalQuota": 0}]}],
+            }
+        ]
+    },
+    "ResourceFlavor": {},
 }
 DRA_SPEC = {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "e2e-sync"}}]}}
 MARKER_PRIORITY_CLASS = {
@@ -90,6 +117,10 @@ class Cluster:
             body: dict[str, Any] = {"apiVersion": api_version, "kind": kind, "metadata": {"name": SYNC}}
             if kind == "PriorityClass":
                 body = copy.deepcopy(MARKER_PRIORITY_CLASS)
+            elif kind in KUEUE_MARKERS:
+                body["spec"] = copy.deepcopy(KUEUE_MARKERS[kind])
+                if kind == "LocalQueue":
+                    body["metadata"]["namespace"] = SYNC
             else:
                 body["metadata"]["namespace"] = SYNC
                 body["spec"] = {"spec": DRA_SPEC} if kind == "ResourceClaimTemplate" else DRA_SPEC
@@ -134,8 +165,11 @@ class Cluster:
                 self.api.request("DELETE", f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")
         for obj in objects:
             body = copy.deepcopy(obj)
-            if body["kind"] != "PriorityClass":
+            if body["kind"] not in CLUSTER_SCOPED:
                 body["metadata"].setdefault("namespace", namespace)
+                other = body["metadata"]["namespace"]
+                if other != namespace and self.api.request("GET", f"/api/v1/namespaces/{other}").status == 404:
+                    self.api.create_namespace(other)  # another namespace's object (a queue of the same name)
             made = self.api.create(body)
             if made.status == 403 and OUR_DENIAL.search(made.message or ""):
                 # context a case needs that the rules deny (a claim another case's pod refers to):
@@ -253,6 +287,66 @@ def _json(text: str) -> dict[str, Any]:
         return {}
 
 
+def kueue_crds() -> list[dict[str, Any]]:
+    """Kueue's LocalQueue, ClusterQueue and ResourceFlavor CRDs: Kueue v0.13.1's own from the cluster
+    layer's assets when they are here, else the same names with an open schema."""
+    found = cluster_dir()
+    if found is not None and (found / "kueue" / "crd").is_dir():
+        files = ("localqueues", "clusterqueues", "resourceflavors")
+        return [yaml.safe_load((found / "kueue" / "crd" / f"kueue.x-k8s.io_{f}.yaml").read_text()) for f in files]
+    schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    return [
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.kueue.x-k8s.io"},
+            "spec": {
+                "group": "kueue.x-k8s.io",
+                "scope": scope,
+                "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
+                "versions": [
+                    {"name": "v1beta1", "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}
+                ],
+            },
+        }
+        for plural, kind, scope in (
+            ("localqueues", "LocalQueue", "Namespaced"),
+            ("clusterqueues", "ClusterQueue", "Cluster"),
+            ("resourceflavors", "ResourceFlavor", "Cluster"),
+        )
+    ]
+
+
+@pytest.fixture(scope="module")
+def kueue(apiserver: EnvTest, webhook_server: WebhookServer) -> Iterator[None]:
+    """Kueue's CRDs for the cases' queues, and the server seen to read them; deleted afterwards (the
+    session's other modules run on an apiserver without Kueue)."""
+    names = []
+    for crd in kueue_crds():
+        made = apiserver.create(crd)
+        assert made.ok or made.status == 409, made.message
+        names.append(crd["metadata"]["name"])
+    for name in names:
+        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+        deadline = time.monotonic() + 30
+        while not any(
+            c["type"] == "Established" and c["status"] == "True"
+            for c in (apiserver.request("GET", path).body or {}).get("status", {}).get("conditions") or []
+        ):
+            assert time.monotonic() < deadline, f"CRD {name} not Established"
+            time.sleep(0.1)
+    deadline = time.monotonic() + 40  # the caches look for Kueue again every 10 s
+    while True:
+        caches = _json(webhook_server.get("/readyz")[1]).get("namespaces", {}).get("caches", {})
+        if all(caches.get(c, {}).get("served") for c in ("localqueue", "clusterqueue", "resourceflavor")):
+            break
+        assert time.monotonic() < deadline, f"the server does not read Kueue's kinds: {caches}"
+        time.sleep(0.2)
+    yield
+    for name in names:
+        apiserver.request("DELETE", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+
+
 @pytest.fixture(scope="module")
 def cluster(
     apiserver: EnvTest,
@@ -260,6 +354,7 @@ def cluster(
     manifests: list[dict[str, Any]],
     webhooks: list[str],
     workload_crds: list[str],
+    kueue: None,
 ) -> Cluster:
     return Cluster(apiserver, webhook_server, manifests)
 
