@@ -167,10 +167,14 @@ def test_context_is_listed_first_page_by_page_and_once(run, cluster, tmp_path):
         "GET /apis/resource.k8s.io/v1/resourceclaims",
         "GET /apis/resource.k8s.io/v1/resourceclaimtemplates",
         "GET /apis/gpu-webhook.io/v1alpha1/gpupolicyexceptions",  # none served here: no exception applies
-        # Kueue's queues and flavors (`kueueQueues`): not served here, so no queues
+        # Kueue's queues and flavors (`kueueQueues`): not served here, and neither is the group (a 404
+        # of each, then of kueue.x-k8s.io: Kueue is not installed), so no queues
         "GET /apis/kueue.x-k8s.io/v1beta1/localqueues",
+        "GET /apis/kueue.x-k8s.io",
         "GET /apis/kueue.x-k8s.io/v1beta1/clusterqueues",
+        "GET /apis/kueue.x-k8s.io",
         "GET /apis/kueue.x-k8s.io/v1beta1/resourceflavors",
+        "GET /apis/kueue.x-k8s.io",
     ]
     # DRA objects are both: listed once more, as audited objects, after the context
     assert sum(r.startswith("GET /apis/resource.k8s.io/v1/resourceclaimtemplates") for r in cluster.requests) == 2
