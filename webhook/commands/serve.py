@@ -306,7 +306,8 @@ def _warn_without_context(args: argparse.Namespace) -> None:
     _log().warning(
         "no namespace watch (--namespaces %s): %d rules that need namespace labels or annotations will not act "
         "(onMissingContext: Allow): %s; %d will deny every request they match (onMissingContext: Deny): %s; "
-        "PriorityClasses and DRA claims are unknown too (dra-pod-claims-resolvable cannot resolve claims)",
+        "PriorityClasses, DRA claims and Kueue's queues are unknown too (dra-pod-claims-resolvable cannot resolve "
+        "claims)",
         args.namespaces,
         len(allowing),
         ", ".join(allowing) or "none",
