@@ -32,8 +32,11 @@ class CheckFailed(Exception):
     """The check raised (its text), or its process died while checking."""
 
 
-def _serve(connection: Connection) -> None:
+def _serve(connection: Connection, servers_end: Connection) -> None:
     """In the child: run each call sent and send back (True, result) or (False, the error's text)."""
+    # The fork copied the server's end of the pipe too. Closed here, the child reads the end of file
+    # once the server is gone however it went (SIGKILL, a crash), and exits instead of waiting forever.
+    servers_end.close()
     # The fork copied the server's signal handlers, which write to the event loop's wake-up socket
     # shared with the server: the child takes no part in the server's shutdown (offload.py does the same).
     signal.set_wakeup_fd(-1)
@@ -67,7 +70,7 @@ class Checker:
             self.close()
             context = multiprocessing.get_context("fork")  # the server's compiled programs, in milliseconds
             ours, theirs = context.Pipe()
-            process = context.Process(target=_serve, args=(theirs,), name="gpu-webhook-policy-check", daemon=True)
+            process = context.Process(target=_serve, args=(theirs, ours), name="gpu-webhook-policy-check", daemon=True)
             process.start()
             theirs.close()
             self._process, self._connection = process, ours

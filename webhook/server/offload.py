@@ -23,7 +23,10 @@ import asyncio
 import concurrent.futures
 import logging
 import multiprocessing
+import os
 import signal
+import threading
+import time
 
 from webhook.engine import RuleSet
 from webhook.review import ParsedReview
@@ -43,10 +46,20 @@ def _start_child(ruleset: RuleSet) -> None:
     # The fork copied the server's signal set-up, whose handlers write to the event loop's
     # wake-up socket, shared with the server: a signal sent to the child would make the
     # server believe it got it. The child takes no part in shutdown; it exits when the server
-    # closes its pool (or dies with it, the pool's pipe closing).
+    # closes its pool, or when the server is gone.
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_with, args=(os.getppid(),), name="exit-with-server", daemon=True).start()
+
+
+def _exit_with(server: int, every: float = 1.0) -> None:
+    """In the child: exit once the server is gone. A server that dies without closing its pool
+    (SIGKILL, the OOM killer) would leave the worker waiting forever on the pool's queue, whose
+    pipe the fork left open in the worker itself (measured: still there after the server died)."""
+    while os.getppid() == server:
+        time.sleep(every)
+    os._exit(0)
 
 
 class NeedNamespace(Exception):
