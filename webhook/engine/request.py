@@ -278,26 +278,26 @@ def cluster_context(objects: Iterable[Any], namespace: str | None) -> ClusterCon
         if not str(obj.get("apiVersion", "")).startswith("resource.k8s.io/"):
             continue
         metadata = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
-        if (metadata.get("namespace") or namespace) != namespace or not isinstance(metadata.get("name"), str):
+        if not _of_namespace(obj, namespace) or not isinstance(metadata.get("name"), str):
             continue
         (claims if kind == "ResourceClaim" else templates)[metadata["name"]] = obj
     return ClusterContext(
-        priority_class_table(classes) if classes else None, claims, templates, kueue_context(objects, namespace)
+        priority_class_table(classes) if classes else None, claims, templates, _kueue_context(objects, namespace)
     )
 
 
-def kueue_context(objects: list[Mapping[str, Any]], namespace: str | None) -> dict[str, dict[str, Any]] | None:
+def _of_namespace(obj: Mapping[str, Any], namespace: str | None) -> bool:
+    """Whether an object read from files is of `namespace`: one without a namespace is the door's, as
+    `kubectl apply -n` gives it."""
+    metadata = obj.get("metadata")
+    return ((metadata.get("namespace") if is_map(metadata) else None) or namespace) == namespace
+
+
+def _kueue_context(objects: list[Mapping[str, Any]], namespace: str | None) -> dict[str, dict[str, Any]] | None:
     """The `kueueQueues` of `namespace` that Kueue objects read from files give; None without any."""
     if not any(is_kueue(o) for o in objects):
         return None
-    local = []
-    for obj in objects:
-        metadata = obj.get("metadata")
-        if (
-            is_kueue(obj, "LocalQueue")
-            and ((metadata.get("namespace") if is_map(metadata) else None) or namespace) == namespace
-        ):
-            local.append(obj)
+    local = [o for o in objects if is_kueue(o, "LocalQueue") and _of_namespace(o, namespace)]
     return queue_table(local, by_name(objects, "ClusterQueue"), by_name(objects, "ResourceFlavor"))
 
 
